@@ -1,0 +1,671 @@
+// Package selector multiplexes many channels on one goroutine, like
+// java.nio.channels.Selector, over a hybrid event queue: one epoll instance
+// that sleeps on the descriptors of event sources, plus a queue of keys that
+// sources report ready without any descriptor becoming readable.
+//
+// # Event sources
+//
+// Transports provide event sources. A TCP socket is one; an RDMA completion
+// channel, shared by every RDMA channel of a selector, is another. A Source
+// provides:
+//
+//	FD() int             the descriptor the selector sleeps on, registered
+//	                     with AddSource for a set of epoll events.
+//	Handle(ev, sink)     called on the selecting goroutine when epoll reports
+//	                     FD with events ev; it reports ready keys to sink.
+//	                     It may be called once more after RemoveSource, and
+//	                     must then do nothing harmful.
+//
+// A source that can look for events without sleeping also implements Poller:
+//
+//	Poll(sink) bool      called on the selecting goroutine before it sleeps
+//	                     and while it spins (Config.SpinBudget); it reports
+//	                     ready keys to sink and tells whether it found any.
+//	Arm() bool           called just before the selector sleeps, to re-enable
+//	                     notification on FD; it returns true if events may
+//	                     have arrived before notification was enabled, and
+//	                     the selector polls again instead of sleeping.
+//
+// Any goroutine can also report a key ready with Registration.Ready, for
+// readiness that no descriptor shows, such as a message already buffered in
+// user space; it wakes a sleeping selector.
+//
+// # Channels
+//
+// A channel that can be registered implements Selectable: Register calls its
+// Bind method with the new key's Registration, and the channel hooks the key
+// into a source of the selector (its own, or a shared one it finds or
+// creates). The channel is told when the key's interest set changes and when
+// the key is canceled.
+//
+// Readiness is level-triggered: a key whose channel is still ready for an
+// operation in its interest set is selected again by the next select. For
+// readiness that lives in user space, the selector asks each key selected
+// last time for its channel's ReadyOps, and a channel whose interest set
+// grows reports what it already has with Registration.Ready.
+package selector
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rubin-go/rubin/channel"
+	"github.com/rubin-go/rubin/selectionkey"
+)
+
+// Source is an event source; see the package documentation.
+type Source interface {
+	FD() int
+	Handle(events uint32, sink *Sink)
+}
+
+// Poller is a source that can be polled without sleeping; see the package
+// documentation.
+type Poller interface {
+	Source
+	Poll(sink *Sink) bool
+	Arm() bool
+}
+
+// Selectable is a channel that can be registered with a selector. Its
+// methods, but for those of channel.Channel, are called by the selector.
+type Selectable interface {
+	channel.Channel
+	// ValidOps is the set of operations the channel supports.
+	ValidOps() selectionkey.Ops
+	// ReadyOps reports readiness that no descriptor shows, such as a
+	// message already received into user space. It is called on the
+	// selecting goroutine for keys the previous select selected.
+	ReadyOps() selectionkey.Ops
+	// Bind hooks r's key into an event source of r.Selector(). It is
+	// called once per registration, before Register returns. A channel can
+	// be registered with one selector at a time.
+	Bind(r *Registration) error
+	// InterestChanged is called, from any goroutine, after the interest
+	// set of r's key changed. A channel that is already ready for an
+	// operation added to the set reports it with r.Ready.
+	InterestChanged(r *Registration)
+	// Unbind detaches r from its event source. It is called once, when
+	// r's key is canceled (also by closing the channel or the selector).
+	Unbind(r *Registration)
+}
+
+// ErrBlocking is returned by Register for a channel in blocking mode.
+var ErrBlocking = errors.New("selector: channel is in blocking mode")
+
+// errClosed satisfies errors.Is(err, net.ErrClosed).
+var errClosed = fmt.Errorf("selector: %w", net.ErrClosed)
+
+// Config configures a Selector. The zero value is usable.
+type Config struct {
+	// SpinBudget is how long a select keeps polling its sources before it
+	// sleeps in epoll: waking a sleeping thread costs more than polling
+	// for a short while. Zero means sleep at once.
+	SpinBudget time.Duration
+	// MaxEvents is how many epoll events one system call returns at most.
+	// Default 256.
+	MaxEvents int
+}
+
+// Stats counts a selector's work since it was opened.
+type Stats struct {
+	Selects  uint64 // calls of Select, SelectTimeout and SelectNow
+	Selected uint64 // keys selected, summed over all selects
+	Spins    uint64 // polling rounds while spinning
+	Sleeps   uint64 // times the selector slept in epoll
+	Wakeups  uint64 // times a sleeping selector was woken by Wakeup or Ready
+	Keys     int    // keys registered now
+	Sources  int    // event sources now
+}
+
+// Selector multiplexes channels. Select, SelectTimeout, SelectNow and
+// SelectedKeys belong to one goroutine at a time (concurrent selects are
+// serialized); Register, Wakeup, Keys, Stats and Close may be called from
+// any goroutine.
+type Selector struct {
+	cfg    Config
+	epfd   int
+	wakefd int
+
+	selectMu sync.Mutex // held by a select in progress, and by Close
+	selected []*Registration
+	keysOut  []*selectionkey.Key
+	events   []unix.EpollEvent
+	spare    []*Registration // the other selected slice, swapped each round
+	round    uint64
+	sink     Sink
+	scratch  []Source
+
+	mu      sync.Mutex // guards the fields below
+	sources map[int32]sourceEntry
+	pollers []Poller
+	keys    map[*selectionkey.Key]*Registration
+	readyq  []*Registration
+	nextGen uint32
+
+	closed   atomic.Bool
+	sleeping atomic.Bool // in epoll_wait with a nonzero timeout
+	woken    atomic.Bool // Wakeup called since the last select returned
+	signaled atomic.Bool // wakefd written and not yet drained
+
+	selects, selectedN, spins, sleeps, wakeups atomic.Uint64
+}
+
+type sourceEntry struct {
+	src Source
+	gen uint32
+}
+
+// New opens a selector.
+func New(cfg Config) (*Selector, error) {
+	if cfg.SpinBudget < 0 || cfg.MaxEvents < 0 {
+		return nil, fmt.Errorf("selector: negative value in config %+v", cfg)
+	}
+	if cfg.MaxEvents == 0 {
+		cfg.MaxEvents = 256
+	}
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("selector: epoll_create1: %w", err)
+	}
+	wakefd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("selector: eventfd: %w", err)
+	}
+	// The wake-up descriptor is entry 0 with generation 0; sources start at 1.
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wakefd)}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wakefd, &ev); err != nil {
+		unix.Close(wakefd)
+		unix.Close(epfd)
+		return nil, fmt.Errorf("selector: adding the wake-up eventfd: %w", err)
+	}
+	s := &Selector{
+		cfg:     cfg,
+		epfd:    epfd,
+		wakefd:  wakefd,
+		events:  make([]unix.EpollEvent, cfg.MaxEvents),
+		sources: make(map[int32]sourceEntry),
+		keys:    make(map[*selectionkey.Key]*Registration),
+		nextGen: 1,
+	}
+	s.sink.s = s
+	return s, nil
+}
+
+// Register registers ch with the selector for the operations in interest,
+// with an attachment, and returns the new key. The channel must be in
+// non-blocking mode.
+func (s *Selector) Register(ch Selectable, interest selectionkey.Ops, attachment any) (*selectionkey.Key, error) {
+	if s.closed.Load() {
+		return nil, errClosed
+	}
+	if ch.IsBlocking() {
+		return nil, ErrBlocking
+	}
+	if bad := interest &^ ch.ValidOps(); bad != 0 {
+		return nil, &selectionkey.InvalidOpsError{Ops: bad, Valid: ch.ValidOps()}
+	}
+	r := &Registration{sel: s, ch: ch}
+	r.key = selectionkey.New(ch, ch.ValidOps(), interest, (*watcher)(r))
+	r.key.Attach(attachment)
+	s.mu.Lock()
+	if s.closed.Load() {
+		s.mu.Unlock()
+		return nil, errClosed
+	}
+	s.keys[r.key] = r
+	s.mu.Unlock()
+	if err := ch.Bind(r); err != nil {
+		s.mu.Lock()
+		delete(s.keys, r.key)
+		s.mu.Unlock()
+		return nil, err
+	}
+	r.bound.Store(true)
+	if !r.key.Valid() { // canceled while binding
+		r.unbind()
+	}
+	return r.key, nil
+}
+
+// AddSource adds src to the epoll set, watching its descriptor for events
+// (EPOLLIN, EPOLLOUT, ...; level-triggered unless EPOLLET is given).
+func (s *Selector) AddSource(src Source, events uint32) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() {
+		return errClosed
+	}
+	fd := int32(src.FD())
+	gen := s.nextGen
+	s.nextGen++
+	if s.nextGen == 0 {
+		s.nextGen = 1
+	}
+	ev := unix.EpollEvent{Events: events, Fd: fd, Pad: int32(gen)}
+	if err := unix.EpollCtl(s.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev); err != nil {
+		return fmt.Errorf("selector: adding fd %d: %w", fd, err)
+	}
+	s.sources[fd] = sourceEntry{src: src, gen: gen}
+	if p, ok := src.(Poller); ok {
+		s.pollers = append(s.pollers[:len(s.pollers):len(s.pollers)], p)
+	}
+	return nil
+}
+
+// ModifySource changes the epoll events watched for src.
+func (s *Selector) ModifySource(src Source, events uint32) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fd := int32(src.FD())
+	e, ok := s.sources[fd]
+	if !ok || e.src != src {
+		if s.closed.Load() {
+			return errClosed
+		}
+		return fmt.Errorf("selector: modifying fd %d: not a source of this selector", fd)
+	}
+	ev := unix.EpollEvent{Events: events, Fd: fd, Pad: int32(e.gen)}
+	if err := unix.EpollCtl(s.epfd, unix.EPOLL_CTL_MOD, int(fd), &ev); err != nil {
+		return fmt.Errorf("selector: modifying fd %d: %w", fd, err)
+	}
+	return nil
+}
+
+// RemoveSource removes src from the epoll set. It must be called before
+// src's descriptor is closed. Removing a source that is not there is not an
+// error.
+func (s *Selector) RemoveSource(src Source) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fd := int32(src.FD())
+	e, ok := s.sources[fd]
+	if !ok || e.src != src {
+		return nil
+	}
+	delete(s.sources, fd)
+	if p, ok := src.(Poller); ok {
+		kept := make([]Poller, 0, len(s.pollers))
+		for _, q := range s.pollers {
+			if q != p {
+				kept = append(kept, q)
+			}
+		}
+		s.pollers = kept
+	}
+	if err := unix.EpollCtl(s.epfd, unix.EPOLL_CTL_DEL, int(fd), nil); err != nil && !s.closed.Load() {
+		return fmt.Errorf("selector: removing fd %d: %w", fd, err)
+	}
+	return nil
+}
+
+// Select waits until at least one key is selected, Wakeup is called, or the
+// selector is closed, and returns the number of keys selected. The keys are
+// in SelectedKeys.
+func (s *Selector) Select() (int, error) { return s.doSelect(-1) }
+
+// SelectTimeout is like Select but waits at most d; d <= 0 means do not
+// wait, like SelectNow.
+func (s *Selector) SelectTimeout(d time.Duration) (int, error) {
+	if d <= 0 {
+		return s.doSelect(0)
+	}
+	return s.doSelect(d)
+}
+
+// SelectNow selects the keys that are ready now, without waiting.
+func (s *Selector) SelectNow() (int, error) { return s.doSelect(0) }
+
+// SelectedKeys returns the keys selected by the last select. The slice is
+// owned by the selector and valid until the next select.
+func (s *Selector) SelectedKeys() []*selectionkey.Key { return s.keysOut }
+
+// Wakeup makes a select in progress return at once, or, if none is, the
+// next one. It may be called from any goroutine.
+func (s *Selector) Wakeup() {
+	s.woken.Store(true)
+	s.wake()
+}
+
+// wake interrupts epoll_wait if the selector sleeps there.
+func (s *Selector) wake() {
+	if s.sleeping.Load() && !s.signaled.Swap(true) {
+		s.wakeups.Add(1)
+		var one = [8]byte{1}
+		_, _ = unix.Write(s.wakefd, one[:]) // EAGAIN only if already signaled
+	}
+}
+
+// doSelect implements the selects; timeout < 0 waits without limit.
+func (s *Selector) doSelect(timeout time.Duration) (int, error) {
+	s.selectMu.Lock()
+	defer s.selectMu.Unlock()
+	if s.closed.Load() {
+		return 0, errClosed
+	}
+	s.selects.Add(1)
+	s.round++
+	previous := s.selected
+	s.selected = s.keysOutReset()
+	for _, r := range previous {
+		if r.key.Valid() {
+			s.sink.Ready(r, r.ch.ReadyOps())
+		}
+	}
+	clear(previous)
+	s.spare = previous[:0]
+
+	if err := s.collect(0, true); err != nil {
+		return 0, err
+	}
+	if len(s.selected) > 0 || s.woken.Swap(false) || timeout == 0 {
+		return s.finish()
+	}
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
+	}
+	if budget := s.cfg.SpinBudget; budget > 0 {
+		spinUntil := time.Now().Add(budget)
+		for time.Now().Before(spinUntil) {
+			s.spins.Add(1)
+			if err := s.collect(0, true); err != nil {
+				return 0, err
+			}
+			if len(s.selected) > 0 || s.woken.Swap(false) || s.closed.Load() {
+				return s.finish()
+			}
+		}
+	}
+	for {
+		ms := -1
+		if timeout > 0 {
+			left := time.Until(deadline)
+			if left <= 0 {
+				return s.finish()
+			}
+			ms = int((left + time.Millisecond - 1) / time.Millisecond)
+		}
+		if !s.arm() {
+			// Events raced with arming: poll again without sleeping.
+			if err := s.collect(0, true); err != nil {
+				return 0, err
+			}
+		} else {
+			s.sleeping.Store(true)
+			s.mu.Lock()
+			queued := len(s.readyq) > 0
+			s.mu.Unlock()
+			if queued || s.woken.Load() || s.closed.Load() {
+				s.sleeping.Store(false)
+				ms = 0
+			} else {
+				s.sleeps.Add(1)
+			}
+			err := s.collect(ms, false)
+			s.sleeping.Store(false)
+			if err != nil {
+				return 0, err
+			}
+		}
+		if len(s.selected) > 0 || s.woken.Swap(false) || s.closed.Load() {
+			return s.finish()
+		}
+	}
+}
+
+// keysOutReset clears the returned keys and hands out the spare
+// registration slice for a new round.
+func (s *Selector) keysOutReset() []*Registration {
+	clear(s.keysOut)
+	s.keysOut = s.keysOut[:0]
+	return s.spare
+}
+
+func (s *Selector) finish() (int, error) {
+	for _, r := range s.selected {
+		s.keysOut = append(s.keysOut, r.key)
+	}
+	s.selectedN.Add(uint64(len(s.selected)))
+	return len(s.selected), nil
+}
+
+// arm re-enables notification on every Poller; false if one saw a race.
+func (s *Selector) arm() bool {
+	s.mu.Lock()
+	pollers := s.pollers
+	s.mu.Unlock()
+	ok := true
+	for _, p := range pollers {
+		if p.Arm() {
+			ok = false
+		}
+	}
+	return ok
+}
+
+// collect gathers ready keys into the selected set: from pollers (if poll),
+// from epoll (waiting up to ms milliseconds; -1 without limit), and from
+// the ready queue.
+func (s *Selector) collect(ms int, poll bool) error {
+	if poll {
+		s.mu.Lock()
+		pollers := s.pollers
+		s.mu.Unlock()
+		for _, p := range pollers {
+			p.Poll(&s.sink)
+		}
+	}
+	n, err := unix.EpollWait(s.epfd, s.events, ms)
+	if err != nil && err != unix.EINTR {
+		if s.closed.Load() {
+			return errClosed
+		}
+		return fmt.Errorf("selector: epoll_wait: %w", err)
+	}
+	if n > 0 {
+		s.dispatch(s.events[:n])
+	}
+	s.drainReady()
+	return nil
+}
+
+// dispatch hands epoll events to their sources.
+func (s *Selector) dispatch(events []unix.EpollEvent) {
+	srcs := s.scratch[:0]
+	s.mu.Lock()
+	for i := range events {
+		ev := &events[i]
+		if int(ev.Fd) == s.wakefd && ev.Pad == 0 {
+			srcs = append(srcs, nil)
+			continue
+		}
+		e, ok := s.sources[ev.Fd]
+		if !ok || e.gen != uint32(ev.Pad) {
+			srcs = append(srcs, nil) // removed since epoll_wait returned
+			continue
+		}
+		srcs = append(srcs, e.src)
+	}
+	s.mu.Unlock()
+	for i, src := range srcs {
+		if src != nil {
+			src.Handle(events[i].Events, &s.sink)
+		} else if int(events[i].Fd) == s.wakefd && events[i].Pad == 0 {
+			var buf [8]byte
+			_, _ = unix.Read(s.wakefd, buf[:])
+			s.signaled.Store(false)
+		}
+	}
+	clear(srcs)
+	s.scratch = srcs[:0]
+}
+
+// drainReady moves keys reported with Registration.Ready into the
+// selected set.
+func (s *Selector) drainReady() {
+	s.mu.Lock()
+	q := s.readyq
+	s.readyq = nil
+	s.mu.Unlock()
+	for _, r := range q {
+		r.queued.Store(false)
+		s.sink.Ready(r, selectionkey.Ops(r.pending.Swap(0)))
+	}
+	if q != nil {
+		clear(q)
+		s.mu.Lock()
+		if s.readyq == nil {
+			s.readyq = q[:0] // reuse the backing array
+		}
+		s.mu.Unlock()
+	}
+}
+
+// Keys returns the keys registered now.
+func (s *Selector) Keys() []*selectionkey.Key {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := make([]*selectionkey.Key, 0, len(s.keys))
+	for k := range s.keys {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// Stats returns the selector's counters.
+func (s *Selector) Stats() Stats {
+	s.mu.Lock()
+	keys, sources := len(s.keys), len(s.sources)
+	s.mu.Unlock()
+	return Stats{
+		Selects:  s.selects.Load(),
+		Selected: s.selectedN.Load(),
+		Spins:    s.spins.Load(),
+		Sleeps:   s.sleeps.Load(),
+		Wakeups:  s.wakeups.Load(),
+		Keys:     keys,
+		Sources:  sources,
+	}
+}
+
+// Close cancels every key, makes a select in progress return, and releases
+// the selector's descriptors. Later selects fail with an error that
+// satisfies errors.Is(err, net.ErrClosed). Close does not close the
+// channels. It is idempotent.
+func (s *Selector) Close() error {
+	s.mu.Lock()
+	if s.closed.Swap(true) {
+		s.mu.Unlock()
+		return nil
+	}
+	keys := make([]*selectionkey.Key, 0, len(s.keys))
+	for k := range s.keys {
+		keys = append(keys, k)
+	}
+	s.mu.Unlock()
+	s.Wakeup()
+	for _, k := range keys {
+		k.Cancel()
+	}
+	s.selectMu.Lock() // wait for a select in progress to return
+	defer s.selectMu.Unlock()
+	err := errors.Join(unix.Close(s.epfd), unix.Close(s.wakefd))
+	if err != nil {
+		return fmt.Errorf("selector: close: %w", err)
+	}
+	return nil
+}
+
+// IsOpen reports whether the selector has not been closed.
+func (s *Selector) IsOpen() bool { return !s.closed.Load() }
+
+// A Sink collects the keys that sources find ready during a select. It is
+// only valid on the selecting goroutine, inside Handle and Poll.
+type Sink struct{ s *Selector }
+
+// Ready reports r's key ready for ops; operations outside the key's
+// interest set, and keys that are canceled or of another selector, are
+// ignored.
+func (k *Sink) Ready(r *Registration, ops selectionkey.Ops) {
+	s := k.s
+	if r.sel != s || !r.key.Valid() {
+		return
+	}
+	ops &= r.key.Interest()
+	if ops == 0 {
+		return
+	}
+	if r.round != s.round {
+		r.round = s.round
+		r.key.SetReady(ops)
+		s.selected = append(s.selected, r)
+		return
+	}
+	r.key.SetReady(r.key.Ready() | ops)
+}
+
+// A Registration is the selector's side of a key: what a channel's Bind is
+// given to report readiness with.
+type Registration struct {
+	sel     *Selector
+	key     *selectionkey.Key
+	ch      Selectable
+	pending atomic.Uint32 // ops reported by Ready, not yet collected
+	queued  atomic.Bool   // in the selector's ready queue
+	bound   atomic.Bool   // Bind succeeded
+	unbound atomic.Bool   // Unbind called
+	round   uint64        // last select round that selected the key; selecting goroutine only
+}
+
+// Key returns the registration's key.
+func (r *Registration) Key() *selectionkey.Key { return r.key }
+
+// Selector returns the selector the key belongs to.
+func (r *Registration) Selector() *Selector { return r.sel }
+
+// Ready reports the key ready for ops from any goroutine, for readiness no
+// descriptor shows. The next select (or the one in progress) collects it.
+func (r *Registration) Ready(ops selectionkey.Ops) {
+	r.pending.Or(uint32(ops))
+	if r.queued.Swap(true) {
+		return
+	}
+	s := r.sel
+	s.mu.Lock()
+	s.readyq = append(s.readyq, r)
+	s.mu.Unlock()
+	s.wake()
+}
+
+func (r *Registration) unbind() {
+	if !r.unbound.Swap(true) {
+		r.ch.Unbind(r)
+	}
+}
+
+// watcher is the Registration seen by its key.
+type watcher Registration
+
+func (w *watcher) InterestChanged(*selectionkey.Key) {
+	r := (*Registration)(w)
+	r.ch.InterestChanged(r)
+}
+
+func (w *watcher) Canceled(k *selectionkey.Key) {
+	r := (*Registration)(w)
+	s := r.sel
+	s.mu.Lock()
+	delete(s.keys, k)
+	s.mu.Unlock()
+	if r.bound.Load() {
+		r.unbind()
+	}
+}
