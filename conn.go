@@ -1,0 +1,317 @@
+package rubin
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rubin-go/rubin/bufpool"
+	"github.com/rubin-go/rubin/channel"
+	"github.com/rubin-go/rubin/selectionkey"
+	"github.com/rubin-go/rubin/transport/tcp"
+)
+
+// inboxSize is how many received messages wait for a reader before the
+// poller stops reading the connection (back-pressure to the peer).
+const inboxSize = 64
+
+var errWouldBlock = channel.ErrWouldBlock
+
+// conn is the net.Conn face of a message channel. The poller receives
+// messages into inbox; Read copies them out. Write sends from the calling
+// goroutine and waits for the poller only when the channel is full.
+type conn struct {
+	s   *stack
+	ch  *tcp.Conn
+	key *selectionkey.Key
+
+	done   chan struct{} // closed by Close
+	closed atomic.Bool
+
+	// Filled by the poller, drained by Read; guarded by mu.
+	mu     sync.Mutex
+	inbox  [inboxSize]*bufpool.Buffer
+	head   int
+	count  int
+	paused bool  // OpRead removed because inbox is full
+	rerr   error // what Receive returned last: io.EOF or a failure
+
+	// Read side, guarded by rmu.
+	rmu      sync.Mutex
+	cur      *bufpool.Buffer // the message being read
+	off      int
+	readable chan struct{}
+	rdl      deadline
+
+	// Write side, guarded by wmu.
+	wmu      sync.Mutex
+	writable chan struct{}
+	wdl      deadline
+}
+
+func newConn(s *stack, ch *tcp.Conn) *conn {
+	return &conn{
+		s:        s,
+		ch:       ch,
+		done:     make(chan struct{}),
+		readable: make(chan struct{}, 1),
+		writable: make(chan struct{}, 1),
+	}
+}
+
+// ready is called by the poller goroutine, with the conn's key (which
+// Register may not have returned yet).
+func (c *conn) ready(k *selectionkey.Key) {
+	ops := k.Ready()
+	if ops&selectionkey.OpRead != 0 {
+		c.pump(k)
+	}
+	if ops&selectionkey.OpWrite != 0 {
+		_ = k.RemoveInterest(selectionkey.OpWrite)
+		notify(c.writable)
+	}
+}
+
+// pump moves received messages into the inbox until the channel has no
+// more or the inbox is full.
+func (c *conn) pump(k *selectionkey.Key) {
+	got := false
+	for {
+		c.mu.Lock()
+		if c.count == inboxSize || c.rerr != nil {
+			if c.count == inboxSize && !c.paused {
+				c.paused = true
+				_ = k.RemoveInterest(selectionkey.OpRead)
+			}
+			c.mu.Unlock()
+			break
+		}
+		c.mu.Unlock()
+		b, err := c.ch.Receive()
+		if errors.Is(err, errWouldBlock) {
+			break
+		}
+		c.mu.Lock()
+		if err != nil {
+			c.rerr = err
+			_ = k.RemoveInterest(selectionkey.OpRead)
+		} else if c.closed.Load() {
+			b.Release()
+		} else {
+			c.inbox[(c.head+c.count)%inboxSize] = b
+			c.count++
+		}
+		c.mu.Unlock()
+		got = true
+		if err != nil || c.ch.ReadyOps()&selectionkey.OpRead == 0 {
+			// Nothing staged: the descriptor tells when there is more,
+			// without a read that would only say EAGAIN.
+			break
+		}
+	}
+	if got {
+		notify(c.readable)
+	}
+}
+
+// Read reads bytes of the next message, or of the rest of the current one.
+func (c *conn) Read(p []byte) (int, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for {
+		if c.closed.Load() {
+			c.dropCurrent()
+			return 0, c.opError("read", net.ErrClosed)
+		}
+		if c.cur != nil {
+			n := copy(p, c.cur.Bytes()[c.off:])
+			if c.off += n; c.off == c.cur.Len() {
+				c.dropCurrent()
+			}
+			if n > 0 {
+				return n, nil
+			}
+			continue // an empty message carries no bytes
+		}
+		c.mu.Lock()
+		if c.count > 0 {
+			c.cur, c.off = c.inbox[c.head], 0
+			c.inbox[c.head] = nil
+			c.head = (c.head + 1) % inboxSize
+			c.count--
+			resume := c.paused && c.count <= inboxSize/2
+			if resume {
+				c.paused = false
+			}
+			c.mu.Unlock()
+			if resume {
+				_ = c.key.AddInterest(selectionkey.OpRead)
+			}
+			continue
+		}
+		err := c.rerr
+		c.mu.Unlock()
+		if err == io.EOF {
+			return 0, io.EOF
+		}
+		if err != nil {
+			return 0, err
+		}
+		if err := c.wait(c.readable, &c.rdl, "read"); err != nil {
+			return 0, err
+		}
+	}
+}
+
+func (c *conn) dropCurrent() {
+	if c.cur != nil {
+		c.cur.Release()
+		c.cur = nil
+	}
+}
+
+// Write sends p as one message, or as several if it is longer than the
+// maximum message size, and returns once all of it is with the kernel.
+func (c *conn) Write(p []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	pool, max := c.ch.Pool(), c.ch.MaxMessageSize()
+	written := 0
+	for written < len(p) {
+		if c.closed.Load() {
+			return written, c.opError("write", net.ErrClosed)
+		}
+		if c.wdl.passed() {
+			return written, c.opError("write", os.ErrDeadlineExceeded)
+		}
+		b, err := pool.TryGet()
+		if errors.Is(err, bufpool.ErrExhausted) {
+			b, err = c.waitBuffer(pool)
+		}
+		if err != nil {
+			return written, err
+		}
+		n := min(len(p)-written, max)
+		_, _ = b.Write(p[written : written+n])
+		for {
+			err = c.ch.Send(b)
+			if !errors.Is(err, errWouldBlock) {
+				break
+			}
+			if err := c.waitWritable(); err != nil {
+				b.Release()
+				return written, err
+			}
+		}
+		if err != nil {
+			return written, err
+		}
+		written += n
+	}
+	// net.Conn promises the bytes are written: wait for the queue to drain.
+	for {
+		err := c.ch.Flush()
+		if !errors.Is(err, errWouldBlock) {
+			return written, err
+		}
+		if err := c.waitWritable(); err != nil {
+			return written, err
+		}
+	}
+}
+
+// waitWritable asks the poller for OpWrite and waits for it.
+func (c *conn) waitWritable() error {
+	if err := c.key.AddInterest(selectionkey.OpWrite); err != nil {
+		return c.opError("write", net.ErrClosed)
+	}
+	return c.wait(c.writable, &c.wdl, "write")
+}
+
+// waitBuffer waits for a pool buffer until the write deadline or Close.
+func (c *conn) waitBuffer(pool *bufpool.Pool) (*bufpool.Buffer, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-c.done:
+		case <-c.wdl.wait():
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	b, err := pool.Get(ctx)
+	if err != nil {
+		switch {
+		case c.closed.Load():
+			return nil, c.opError("write", net.ErrClosed)
+		case c.wdl.passed():
+			return nil, c.opError("write", os.ErrDeadlineExceeded)
+		}
+		return nil, c.opError("write", err)
+	}
+	return b, nil
+}
+
+// wait blocks until signal, the deadline or Close.
+func (c *conn) wait(signal chan struct{}, d *deadline, op string) error {
+	select {
+	case <-signal:
+		return nil
+	case <-d.wait():
+		return c.opError(op, os.ErrDeadlineExceeded)
+	case <-c.done:
+		return c.opError(op, net.ErrClosed)
+	}
+}
+
+func (c *conn) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: c.s.cfg.Transport, Source: c.ch.LocalAddr(), Addr: c.ch.RemoteAddr(), Err: err}
+}
+
+// Close closes the connection; blocked Reads and Writes return.
+func (c *conn) Close() error {
+	if c.closed.Swap(true) {
+		return c.opError("close", net.ErrClosed)
+	}
+	close(c.done)
+	err := c.ch.Close()
+	c.mu.Lock()
+	for ; c.count > 0; c.count-- {
+		c.inbox[c.head].Release()
+		c.inbox[c.head] = nil
+		c.head = (c.head + 1) % inboxSize
+	}
+	c.mu.Unlock()
+	c.rmu.Lock() // a Read in progress has seen done and let go
+	c.dropCurrent()
+	c.rmu.Unlock()
+	return err
+}
+
+func (c *conn) LocalAddr() net.Addr  { return c.ch.LocalAddr() }
+func (c *conn) RemoteAddr() net.Addr { return c.ch.RemoteAddr() }
+
+func (c *conn) SetDeadline(t time.Time) error {
+	c.rdl.set(t)
+	c.wdl.set(t)
+	return nil
+}
+
+func (c *conn) SetReadDeadline(t time.Time) error {
+	c.rdl.set(t)
+	return nil
+}
+
+func (c *conn) SetWriteDeadline(t time.Time) error {
+	c.wdl.set(t)
+	return nil
+}

@@ -1,0 +1,68 @@
+package rubin
+
+import (
+	"sync"
+	"time"
+)
+
+// A deadline is a channel that is closed when a settable point in time
+// passes, for goroutines to select on. The zero value has no deadline.
+type deadline struct {
+	mu      sync.Mutex
+	timer   *time.Timer
+	expired chan struct{} // closed when the deadline has passed
+}
+
+// set moves the deadline to t; the zero t means none.
+func (d *deadline) set(t time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.timer != nil && !d.timer.Stop() {
+		<-d.expired // the timer fired, or is firing: wait for the close
+	}
+	d.timer = nil
+	closed := d.expired != nil && isClosed(d.expired)
+	if t.IsZero() {
+		if closed || d.expired == nil {
+			d.expired = make(chan struct{})
+		}
+		return
+	}
+	dur := time.Until(t)
+	if dur <= 0 {
+		if d.expired == nil || !closed {
+			if d.expired == nil {
+				d.expired = make(chan struct{})
+			}
+			close(d.expired)
+		}
+		return
+	}
+	if closed || d.expired == nil {
+		d.expired = make(chan struct{})
+	}
+	ch := d.expired
+	d.timer = time.AfterFunc(dur, func() { close(ch) })
+}
+
+// wait returns a channel closed when the deadline passes.
+func (d *deadline) wait() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.expired == nil {
+		d.expired = make(chan struct{})
+	}
+	return d.expired
+}
+
+// passed reports whether the deadline has passed.
+func (d *deadline) passed() bool { return isClosed(d.wait()) }
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,91 @@
+package rubin_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/nettest"
+
+	"github.com/rubin-go/rubin"
+)
+
+// TestNetConn runs golang.org/x/net/nettest's net.Conn conformance suite:
+// basic I/O, ping-pong, racing reads and writes, futures (deadlines set
+// while blocked), close timeouts, concurrent method calls.
+func TestNetConn(t *testing.T) {
+	for _, network := range []string{"tcp"} {
+		t.Run(network, func(t *testing.T) {
+			nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
+				ln, err := rubin.Listen(network, "127.0.0.1:0")
+				if err != nil {
+					return nil, nil, nil, err
+				}
+				defer ln.Close()
+				accepted := make(chan net.Conn, 1)
+				errc := make(chan error, 1)
+				go func() {
+					c, err := ln.Accept()
+					if err != nil {
+						errc <- err
+						return
+					}
+					accepted <- c
+				}()
+				c1, err = rubin.Dial(network, ln.Addr().String())
+				if err != nil {
+					return nil, nil, nil, err
+				}
+				select {
+				case c2 = <-accepted:
+				case err := <-errc:
+					c1.Close()
+					return nil, nil, nil, err
+				}
+				return c1, c2, func() { c1.Close(); c2.Close() }, nil
+			})
+		})
+	}
+}
+
+// TestHTTP runs an unmodified net/http server and client over the face.
+func TestHTTP(t *testing.T) {
+	ln, err := rubin.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &httptest.Server{
+		Listener: ln,
+		Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			io.WriteString(w, "echo:"+r.URL.Path+":"+string(body))
+		})},
+	}
+	srv.Start()
+	defer srv.Close()
+	client := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return rubin.DialContext(ctx, network, addr)
+		},
+	}, Timeout: 10 * time.Second}
+	big := strings.Repeat("x", 1<<20)
+	for i, body := range []string{"", "hello", big} {
+		resp, err := client.Post(srv.URL+"/p", "text/plain", strings.NewReader(body))
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		got, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("request %d: reading body: %v", i, err)
+		}
+		if want := "echo:/p:" + body; string(got) != want {
+			t.Fatalf("request %d: got %d bytes, want %d", i, len(got), len(want))
+		}
+	}
+}
