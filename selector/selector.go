@@ -362,7 +362,10 @@ func (s *Selector) doSelect(timeout time.Duration) (int, error) {
 	clear(previous)
 	s.spare = previous[:0]
 
-	if err := s.collect(0, true); err != nil {
+	// Without a spin budget, a select that may wait goes straight to
+	// epoll_wait with its timeout: a non-blocking epoll_wait first would
+	// cost a system call per select.
+	if err := s.collect(0, true, timeout == 0 || s.cfg.SpinBudget > 0); err != nil {
 		return 0, err
 	}
 	if len(s.selected) > 0 || s.woken.Swap(false) || timeout == 0 {
@@ -376,7 +379,7 @@ func (s *Selector) doSelect(timeout time.Duration) (int, error) {
 		spinUntil := time.Now().Add(budget)
 		for time.Now().Before(spinUntil) {
 			s.spins.Add(1)
-			if err := s.collect(0, true); err != nil {
+			if err := s.collect(0, true, true); err != nil {
 				return 0, err
 			}
 			if len(s.selected) > 0 || s.woken.Swap(false) || s.closed.Load() {
@@ -395,7 +398,7 @@ func (s *Selector) doSelect(timeout time.Duration) (int, error) {
 		}
 		if !s.arm() {
 			// Events raced with arming: poll again without sleeping.
-			if err := s.collect(0, true); err != nil {
+			if err := s.collect(0, true, true); err != nil {
 				return 0, err
 			}
 		} else {
@@ -409,7 +412,7 @@ func (s *Selector) doSelect(timeout time.Duration) (int, error) {
 			} else {
 				s.sleeps.Add(1)
 			}
-			err := s.collect(ms, false)
+			err := s.collect(ms, false, true)
 			s.sleeping.Store(false)
 			if err != nil {
 				return 0, err
@@ -452,9 +455,9 @@ func (s *Selector) arm() bool {
 }
 
 // collect gathers ready keys into the selected set: from pollers (if poll),
-// from epoll (waiting up to ms milliseconds; -1 without limit), and from
-// the ready queue.
-func (s *Selector) collect(ms int, poll bool) error {
+// from epoll (if epoll, waiting up to ms milliseconds; -1 without limit),
+// and from the ready queue.
+func (s *Selector) collect(ms int, poll, epoll bool) error {
 	if poll {
 		s.mu.Lock()
 		pollers := s.pollers
@@ -463,15 +466,17 @@ func (s *Selector) collect(ms int, poll bool) error {
 			p.Poll(&s.sink)
 		}
 	}
-	n, err := unix.EpollWait(s.epfd, s.events, ms)
-	if err != nil && err != unix.EINTR {
-		if s.closed.Load() {
-			return errClosed
+	if epoll {
+		n, err := unix.EpollWait(s.epfd, s.events, ms)
+		if err != nil && err != unix.EINTR {
+			if s.closed.Load() {
+				return errClosed
+			}
+			return fmt.Errorf("selector: epoll_wait: %w", err)
 		}
-		return fmt.Errorf("selector: epoll_wait: %w", err)
-	}
-	if n > 0 {
-		s.dispatch(s.events[:n])
+		if n > 0 {
+			s.dispatch(s.events[:n])
+		}
 	}
 	s.drainReady()
 	return nil
