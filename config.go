@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rubin-go/rubin/bufpool"
+	"github.com/rubin-go/rubin/metrics"
 	"github.com/rubin-go/rubin/selector"
 	"github.com/rubin-go/rubin/transport/tcp"
 )
@@ -67,6 +68,22 @@ func (c *Config) Stats() (Stats, error) {
 		return Stats{}, err
 	}
 	return s.stats(), nil
+}
+
+// AddMetrics exports the counters of the Config's stack (its transport,
+// buffer pool and the pollers' selectors) to m, labelled name (selectors
+// name/0, name/1, ...), creating the stack if needed.
+func (c *Config) AddMetrics(m *metrics.Collector, name string) error {
+	s, err := c.stack("metrics", "")
+	if err != nil {
+		return err
+	}
+	m.AddTransport(name, s.tr.Stats)
+	m.AddPool(name, s.tr.Pool())
+	for i, p := range s.pollers {
+		m.AddSelector(fmt.Sprintf("%s/%d", name, i), p.sel)
+	}
+	return nil
 }
 
 // Stats gathers the counters of a stack's parts.

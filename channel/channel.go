@@ -92,3 +92,13 @@ type Listener interface {
 	// Accept returns the next connection, in blocking mode.
 	Accept() (Conn, error)
 }
+
+// Stats counts a transport's traffic. Every transport reports the same
+// counters, so that metrics and benchmarks compare them side by side.
+type Stats struct {
+	MessagesIn, MessagesOut uint64
+	BytesIn, BytesOut       uint64 // payload bytes, without framing
+	ConnsOpened             uint64 // connected by dial or accept
+	ConnsClosed             uint64
+	ProtocolErrors          uint64 // connections closed for bad input from the peer
+}

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rubin-go/rubin/bufpool"
+	"github.com/rubin-go/rubin/channel"
 )
 
 // headerLen is the size of the length prefix of every message.
@@ -52,13 +53,7 @@ type Config struct {
 }
 
 // Stats counts a transport's traffic since it was created.
-type Stats struct {
-	MessagesIn, MessagesOut uint64
-	BytesIn, BytesOut       uint64 // payload bytes, without length prefixes
-	ConnsOpened             uint64 // connected by dial or accept
-	ConnsClosed             uint64
-	ProtocolErrors          uint64 // connections closed for a bad frame
-}
+type Stats = channel.Stats
 
 // A Transport makes TCP channels that share a configuration, a buffer pool
 // and counters. Its methods are safe for concurrent use.
