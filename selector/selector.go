@@ -49,8 +49,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -131,6 +133,8 @@ type Stats struct {
 type Selector struct {
 	cfg    Config
 	epfd   int
+	epfile *os.File        // owns epfd
+	raw    syscall.RawConn // epfile's, for parking in the runtime poller
 	wakefd int
 
 	selectMu sync.Mutex // held by a select in progress, and by Close
@@ -141,6 +145,10 @@ type Selector struct {
 	round    uint64
 	sink     Sink
 	scratch  []Source
+	parkPoll func(fd uintptr) bool // s.pollEpoll, bound once
+	parkN    int                   // events found by parkPoll
+	parkErr  error
+	parkedBy time.Time // the read deadline set on epfile
 
 	mu      sync.Mutex // guards the fields below
 	sources map[int32]sourceEntry
@@ -186,9 +194,30 @@ func New(cfg Config) (*Selector, error) {
 		unix.Close(epfd)
 		return nil, fmt.Errorf("selector: adding the wake-up eventfd: %w", err)
 	}
+	// The epoll descriptor is itself pollable: registered with the Go
+	// runtime's network poller, a select sleeps as a parked goroutine, and
+	// waking it costs no thread switch, as with package net.
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(wakefd)
+		unix.Close(epfd)
+		return nil, fmt.Errorf("selector: making epoll non-blocking: %w", err)
+	}
+	epfile := os.NewFile(uintptr(epfd), "selector-epoll")
+	raw, err := epfile.SyscallConn()
+	if err == nil {
+		// Fails with os.ErrNoDeadline unless the runtime polls epfile.
+		err = epfile.SetReadDeadline(time.Time{})
+	}
+	if err != nil {
+		unix.Close(wakefd)
+		epfile.Close()
+		return nil, fmt.Errorf("selector: registering epoll with the runtime poller: %w", err)
+	}
 	s := &Selector{
 		cfg:     cfg,
 		epfd:    epfd,
+		epfile:  epfile,
+		raw:     raw,
 		wakefd:  wakefd,
 		events:  make([]unix.EpollEvent, cfg.MaxEvents),
 		sources: make(map[int32]sourceEntry),
@@ -196,6 +225,7 @@ func New(cfg Config) (*Selector, error) {
 		nextGen: 1,
 	}
 	s.sink.s = s
+	s.parkPoll = s.pollEpoll
 	return s, nil
 }
 
@@ -388,13 +418,8 @@ func (s *Selector) doSelect(timeout time.Duration) (int, error) {
 		}
 	}
 	for {
-		ms := -1
-		if timeout > 0 {
-			left := time.Until(deadline)
-			if left <= 0 {
-				return s.finish()
-			}
-			ms = int((left + time.Millisecond - 1) / time.Millisecond)
+		if timeout > 0 && !time.Now().Before(deadline) {
+			return s.finish()
 		}
 		if !s.arm() {
 			// Events raced with arming: poll again without sleeping.
@@ -406,13 +431,14 @@ func (s *Selector) doSelect(timeout time.Duration) (int, error) {
 			s.mu.Lock()
 			queued := len(s.readyq) > 0
 			s.mu.Unlock()
+			var err error
 			if queued || s.woken.Load() || s.closed.Load() {
 				s.sleeping.Store(false)
-				ms = 0
+				err = s.collect(0, false, true)
 			} else {
 				s.sleeps.Add(1)
+				err = s.park(deadline)
 			}
-			err := s.collect(ms, false, true)
 			s.sleeping.Store(false)
 			if err != nil {
 				return 0, err
@@ -422,6 +448,52 @@ func (s *Selector) doSelect(timeout time.Duration) (int, error) {
 			return s.finish()
 		}
 	}
+}
+
+// park sleeps until epoll has events or the deadline (zero: none) passes,
+// as a goroutine parked in the runtime's poller, then collects.
+func (s *Selector) park(deadline time.Time) error {
+	if !deadline.Equal(s.parkedBy) {
+		if err := s.epfile.SetReadDeadline(deadline); err != nil {
+			return s.parkError(err)
+		}
+		s.parkedBy = deadline
+	}
+	s.parkN, s.parkErr = 0, nil
+	err := s.raw.Read(s.parkPoll)
+	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		return s.parkError(err)
+	}
+	if s.parkErr != nil {
+		return s.parkError(s.parkErr)
+	}
+	if s.parkN > 0 {
+		s.dispatch(s.events[:s.parkN])
+	}
+	s.drainReady()
+	return nil
+}
+
+// pollEpoll is the parked select's poll: it reports whether there is
+// something to collect, or an error, and false to keep waiting.
+func (s *Selector) pollEpoll(fd uintptr) bool {
+	n, err := unix.EpollWait(int(fd), s.events, 0)
+	switch {
+	case err == unix.EINTR:
+		return false
+	case err != nil:
+		s.parkErr = err
+		return true
+	}
+	s.parkN = n
+	return n > 0
+}
+
+func (s *Selector) parkError(err error) error {
+	if s.closed.Load() {
+		return errClosed
+	}
+	return fmt.Errorf("selector: waiting for events: %w", err)
 }
 
 // keysOutReset clears the returned keys and hands out the spare
@@ -582,7 +654,7 @@ func (s *Selector) Close() error {
 	}
 	s.selectMu.Lock() // wait for a select in progress to return
 	defer s.selectMu.Unlock()
-	err := errors.Join(unix.Close(s.epfd), unix.Close(s.wakefd))
+	err := errors.Join(s.epfile.Close(), unix.Close(s.wakefd))
 	if err != nil {
 		return fmt.Errorf("selector: close: %w", err)
 	}
