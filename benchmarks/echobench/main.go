@@ -1,0 +1,309 @@
+// Command echobench measures the apis of the echo command against Go's net
+// package, side by side on this machine, and writes the results as a
+// Markdown table and an SVG plot.
+//
+// Usage, from the module root:
+//
+//	go run ./benchmarks/echobench [-apis gonet,channel,conn] [-sizes 64,1024,16384,102400] [-conns 1,100,1000]
+//	        [-n 20000] [-rounds 3] [-spin DURATION] [-md FILE] [-svg FILE] [-quick]
+//
+// It builds cmd/echo once. Then, for each message size and connection count,
+// it runs every contender in turn, -rounds times over (A B C A B C ...), each
+// run a fresh server process on CPU 1 and a client process on CPU 0 (with
+// taskset; unpinned, and saying so, where taskset cannot pin), talking over
+// 127.0.0.1. Every figure reported is the median of its rounds, and ratios
+// are taken against the gonet baseline measured in the same run.
+//
+// A contender that fails is reported as an error in the table, and the
+// others go on; the exit status is nonzero only if the baseline fails.
+//
+// -quick makes a run small enough for CI: one size, one connection, few
+// messages, one round, with the report written to a temporary directory
+// unless -md or -svg say otherwise.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// baseline is the contender the others are compared with.
+const baseline = "gonet"
+
+// echoPackage is the package of the echo command.
+const echoPackage = "github.com/rubin-go/rubin/cmd/echo"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// config is the benchmark's command line.
+type config struct {
+	args    []string // the command line, for the report
+	apis    []string
+	sizes   []int
+	conns   []int
+	n       int
+	rounds  int
+	spin    time.Duration
+	md      string
+	svg     string
+	timeout time.Duration
+	quick   bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (*config, error) {
+	fs := flag.NewFlagSet("echobench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		cfg   config
+		apis  = fs.String("apis", "gonet,channel,conn", "contenders, comma-separated; gonet is the baseline")
+		sizes = fs.String("sizes", "64,1024,16384,102400", "message sizes in bytes, comma-separated")
+		conns = fs.String("conns", "1,100,1000", "connection counts, comma-separated")
+	)
+	fs.IntVar(&cfg.n, "n", 20000, "measured messages per run with one connection and messages up to 64 KiB;\n"+
+		"runs with more connections send twice as many, runs with larger messages half as many,\n"+
+		"and every run sends at least 10 per connection")
+	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds over all contenders; figures are medians over rounds")
+	fs.DurationVar(&cfg.spin, "spin", 0, "busy-poll budget passed to the server and client of every api but gonet")
+	fs.StringVar(&cfg.md, "md", "docs/benchmarks-echo-tcp.md", "write the table as Markdown to this file")
+	fs.StringVar(&cfg.svg, "svg", "docs/latency-vs-size-tcp.svg", "write the plot of p50 latency against message size to this file")
+	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Minute, "longest a client run may take")
+	fs.BoolVar(&cfg.quick, "quick", false, "a tiny run for CI: one size, one connection, few messages, one round,\n"+
+		"report written to a temporary directory unless -md or -svg are given")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	cfg.args = args
+	set := make(map[string]bool)
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if cfg.quick {
+		if !set["sizes"] {
+			*sizes = "64"
+		}
+		if !set["conns"] {
+			*conns = "1"
+		}
+		if !set["n"] {
+			cfg.n = 2000
+		}
+		if !set["rounds"] {
+			cfg.rounds = 1
+		}
+		if !set["md"] {
+			cfg.md = ""
+		}
+		if !set["svg"] {
+			cfg.svg = ""
+		}
+	}
+
+	cfg.apis = splitList(*apis)
+	if len(cfg.apis) == 0 {
+		return nil, errors.New("-apis is empty")
+	}
+	var err error
+	if cfg.sizes, err = parseInts("sizes", *sizes); err != nil {
+		return nil, err
+	}
+	if cfg.conns, err = parseInts("conns", *conns); err != nil {
+		return nil, err
+	}
+	switch {
+	case cfg.n < 1:
+		return nil, fmt.Errorf("-n %d is not positive", cfg.n)
+	case cfg.rounds < 1:
+		return nil, fmt.Errorf("-rounds %d is not positive", cfg.rounds)
+	case cfg.spin < 0:
+		return nil, fmt.Errorf("-spin %v is negative", cfg.spin)
+	case cfg.timeout <= 0:
+		return nil, fmt.Errorf("-timeout %v is not positive", cfg.timeout)
+	}
+	return &cfg, nil
+}
+
+// splitList splits a comma-separated list, dropping empty items and
+// duplicates.
+func splitList(s string) []string {
+	var out []string
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.TrimSpace(item)
+		if item != "" && !slices.Contains(out, item) {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+// parseInts parses a comma-separated list of positive integers, sorted.
+func parseInts(name, s string) ([]int, error) {
+	var out []int
+	for _, item := range splitList(s) {
+		v, err := strconv.Atoi(item)
+		if err != nil || v < 1 {
+			return nil, fmt.Errorf("-%s: %q is not a positive integer", name, item)
+		}
+		out = append(out, v)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("-%s is empty", name)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// messages returns the measured messages of a run at p.
+func (cfg *config) messages(p point) int {
+	n := cfg.n
+	if p.conns > 1 {
+		n *= 2
+	}
+	if p.size > 64<<10 {
+		n /= 2
+	}
+	return max(n, 10*p.conns)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "echobench: %v\n", err)
+		return 2
+	}
+	if err := benchmark(ctx, cfg, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "echobench: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// benchmark runs the benchmark cfg describes and reports it.
+func benchmark(ctx context.Context, cfg *config, stdout, stderr io.Writer) error {
+	began := time.Now()
+	tmp, err := os.MkdirTemp("", "echobench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+
+	bin := filepath.Join(tmp, "echo")
+	fmt.Fprintf(stderr, "echobench: building %s\n", echoPackage)
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, echoPackage)
+	build.Stdout, build.Stderr = stderr, stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("go build %s: %w", echoPackage, err)
+	}
+
+	l := &launcher{bin: bin, runTimeout: cfg.timeout}
+	placement := fmt.Sprintf("server pinned to CPU %s, client to CPU %s (taskset)", serverCPU, clientCPU)
+	if err := checkTaskset(ctx); err != nil {
+		placement = fmt.Sprintf("UNPINNED: taskset cannot pin here (%v); figures may swing between runs", err)
+	} else {
+		l.pin = true
+	}
+	fmt.Fprintf(stderr, "echobench: %s\n", placement)
+
+	var points []point
+	for _, size := range cfg.sizes {
+		for _, conns := range cfg.conns {
+			points = append(points, point{size: size, conns: conns})
+		}
+	}
+	res := newResults(cfg.apis, points)
+	total, done := len(points)*cfg.rounds*len(cfg.apis), 0
+	for _, p := range points {
+		for round := range cfg.rounds {
+			for _, api := range cfg.apis {
+				spec := runSpec{api: api, size: p.size, conns: p.conns, n: cfg.messages(p)}
+				if api != baseline {
+					spec.spin = cfg.spin
+				}
+				s, err := l.run(ctx, spec)
+				if ctx.Err() != nil {
+					return context.Cause(ctx)
+				}
+				res.add(p, api, s, err)
+				done++
+				status := fmt.Sprintf("p50 %.1f us, p99 %.1f us, %.0f msgs/s", s.p50, s.p99, s.rate)
+				if err != nil {
+					status = "error: " + err.Error()
+				}
+				fmt.Fprintf(stderr, "[%*d/%d] %7s x %4d conns, %6d msgs, round %d/%d, %-8s %s\n",
+					len(strconv.Itoa(total)), done, total, formatSize(p.size), p.conns, spec.n,
+					round+1, cfg.rounds, api+":", status)
+			}
+		}
+	}
+	elapsed := time.Since(began).Round(time.Second)
+
+	r := &report{cfg: cfg, res: res, placement: placement, elapsed: elapsed, when: began}
+	r.writeText(stdout)
+	discard := cfg.quick && cfg.md == "" && cfg.svg == ""
+	if discard {
+		// Write the report anyway, where it does no harm, so that -quick
+		// exercises all of the runner.
+		cfg.md, cfg.svg = filepath.Join(tmp, "report.md"), filepath.Join(tmp, "plot.svg")
+	}
+	if cfg.svg != "" {
+		if err := writeFile(cfg.svg, r.writeSVG); err != nil {
+			return err
+		}
+	}
+	if cfg.md != "" {
+		if err := writeFile(cfg.md, r.writeMarkdown); err != nil {
+			return err
+		}
+	}
+	switch {
+	case discard:
+		fmt.Fprintln(stdout, "quick run: report and plot written to a temporary directory and discarded")
+	default:
+		for _, path := range []string{cfg.md, cfg.svg} {
+			if path != "" {
+				fmt.Fprintf(stdout, "wrote %s\n", path)
+			}
+		}
+	}
+	if slices.Contains(cfg.apis, baseline) && res.failed(baseline) {
+		return fmt.Errorf("the %s baseline failed", baseline)
+	}
+	return nil
+}
+
+// writeFile creates path, and its directory if need be, with what write
+// writes.
+func writeFile(path string, write func(io.Writer) error) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return f.Close()
+}

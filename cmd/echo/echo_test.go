@@ -1,0 +1,496 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// lineWriter is an io.Writer, safe for concurrent use, that keeps what is
+// written and passes each complete line to a channel.
+type lineWriter struct {
+	mu      sync.Mutex
+	text    strings.Builder
+	partial string
+	lines   chan string
+}
+
+func newLineWriter() *lineWriter {
+	return &lineWriter{lines: make(chan string, 1000)}
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.text.Write(p)
+	w.partial += string(p)
+	for {
+		i := strings.IndexByte(w.partial, '\n')
+		if i < 0 {
+			break
+		}
+		select {
+		case w.lines <- w.partial[:i]:
+		default:
+		}
+		w.partial = w.partial[i+1:]
+	}
+	return len(p), nil
+}
+
+func (w *lineWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.text.String()
+}
+
+// waitLine returns the text after prefix on the first line written to w
+// that starts with prefix.
+func (w *lineWriter) waitLine(t *testing.T, prefix string) string {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case line := <-w.lines:
+			if rest, ok := strings.CutPrefix(line, prefix); ok {
+				return rest
+			}
+		case <-timeout:
+			t.Fatalf("no line starting with %q within 10s; output so far:\n%s", prefix, w)
+		}
+	}
+}
+
+// startServer runs "echo server" with args in the background until the test
+// ends, and returns the address it listens on and its standard error.
+func startServer(t *testing.T, args ...string) (string, *lineWriter) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stdout, stderr := newLineWriter(), newLineWriter()
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run(ctx, append([]string{"server"}, args...), stdout, stderr)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-exited; code != exitOK {
+			t.Errorf("server exited with status %d; stderr:\n%s", code, stderr)
+		}
+	})
+	return stdout.waitLine(t, "listening on "), stderr
+}
+
+// summaryKeys are the leading keys of the summary line, in their order.
+var summaryKeys = []string{"transport", "size", "conns", "msgs", "p50_us", "p99_us", "p999_us", "msgs_per_s", "MBps", "api", "spin_us"}
+
+// parseSummary checks that line is a summary line and returns its fields.
+func parseSummary(t *testing.T, line string) map[string]string {
+	t.Helper()
+	fields := strings.Fields(line)
+	if len(fields) < len(summaryKeys) {
+		t.Fatalf("summary line %q has %d fields, want at least %d", line, len(fields), len(summaryKeys))
+	}
+	m := make(map[string]string)
+	for i, f := range fields {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok {
+			t.Fatalf("summary field %q is not key=value", f)
+		}
+		if i < len(summaryKeys) && k != summaryKeys[i] {
+			t.Fatalf("summary field %d is %q, want %q, in %q", i, k, summaryKeys[i], line)
+		}
+		if _, dup := m[k]; dup {
+			t.Fatalf("summary key %q appears twice in %q", k, line)
+		}
+		m[k] = v
+	}
+	for _, k := range summaryKeys[4:9] {
+		if _, err := strconv.ParseFloat(m[k], 64); err != nil {
+			t.Fatalf("summary field %s=%q is not a number", k, m[k])
+		}
+	}
+	return m
+}
+
+func TestGoNetEcho(t *testing.T) {
+	addr, _ := startServer(t, "-api", "gonet", "-addr", "127.0.0.1:0")
+	for _, c := range []struct {
+		name                  string
+		size, n, conns, depth int
+	}{
+		{name: "one conn", size: 64, n: 2000, conns: 1, depth: 1},
+		{name: "odd size, several conns", size: 1001, n: 3000, conns: 7, depth: 1},
+		{name: "pipelined", size: 4096, n: 2000, conns: 3, depth: 4},
+		{name: "large", size: 200 << 10, n: 50, conns: 2, depth: 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			args := []string{"client", "-transport", "tcp", "-api", "gonet", "-addr", addr,
+				"-size", strconv.Itoa(c.size), "-n", strconv.Itoa(c.n),
+				"-conns", strconv.Itoa(c.conns), "-depth", strconv.Itoa(c.depth)}
+			if code := run(context.Background(), args, &stdout, &stderr); code != exitOK {
+				t.Fatalf("client exited with status %d; stderr:\n%s", code, &stderr)
+			}
+			out := strings.TrimSuffix(stdout.String(), "\n")
+			if strings.Contains(out, "\n") {
+				t.Fatalf("client printed more than one line:\n%s", out)
+			}
+			m := parseSummary(t, out)
+			want := map[string]string{
+				"transport": "tcp", "api": "gonet", "spin_us": "0",
+				"size": strconv.Itoa(c.size), "conns": strconv.Itoa(c.conns),
+				"msgs": strconv.Itoa(c.n), "depth": strconv.Itoa(c.depth),
+			}
+			for k, v := range want {
+				if m[k] != v {
+					t.Errorf("%s=%q, want %q", k, m[k], v)
+				}
+			}
+			p50, _ := strconv.ParseFloat(m["p50_us"], 64)
+			p99, _ := strconv.ParseFloat(m["p99_us"], 64)
+			p999, _ := strconv.ParseFloat(m["p999_us"], 64)
+			rate, _ := strconv.ParseFloat(m["msgs_per_s"], 64)
+			if !(0 < p50 && p50 <= p99 && p99 <= p999) || rate <= 0 {
+				t.Errorf("implausible figures in %q", out)
+			}
+		})
+	}
+}
+
+// brokenEcho serves the echo protocol wrongly on ln, in the way corrupt
+// does: it gets each message of size bytes, and the message before it (nil
+// for the first), and returns what to send back.
+func brokenEcho(t *testing.T, ln net.Listener, size int, corrupt func(msg, prev []byte) []byte) {
+	t.Helper()
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				var prev []byte
+				for {
+					msg := make([]byte, size)
+					if _, err := io.ReadFull(c, msg); err != nil {
+						return
+					}
+					if _, err := c.Write(corrupt(msg, prev)); err != nil {
+						return
+					}
+					prev = msg
+				}
+			})
+		}
+	})
+}
+
+func TestClientRejectsWrongEcho(t *testing.T) {
+	const size = 256
+	for _, c := range []struct {
+		name    string
+		corrupt func(msg, prev []byte) []byte
+	}{
+		{"flipped bit", func(msg, prev []byte) []byte {
+			if prev != nil {
+				msg[size/2] ^= 4
+			}
+			return msg
+		}},
+		{"stale echo", func(msg, prev []byte) []byte {
+			if prev != nil {
+				return prev
+			}
+			return msg
+		}},
+		{"zeroed tail", func(msg, prev []byte) []byte {
+			if prev != nil {
+				clear(msg[size-3:])
+			}
+			return msg
+		}},
+	} {
+		for _, depth := range []int{1, 3} {
+			t.Run(c.name+"/depth "+strconv.Itoa(depth), func(t *testing.T) {
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				brokenEcho(t, ln, size, c.corrupt)
+				cfg := clientConfig{network: "tcp", addr: ln.Addr().String(), size: size, conns: 2, depth: depth}
+				_, err = runClient(context.Background(), apis[baselineAPI], cfg, 100, 0, io.Discard)
+				var perr *payloadError
+				if !errors.As(err, &perr) {
+					t.Fatalf("client error = %v, want a payload error", err)
+				}
+				if !strings.Contains(err.Error(), "connection ") || !strings.Contains(err.Error(), "is wrong at byte") {
+					t.Errorf("error %q does not say which connection and byte", err)
+				}
+			})
+		}
+	}
+}
+
+func TestClientStopsOnCancel(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	brokenEcho(t, ln, 64, func(msg, prev []byte) []byte {
+		if prev != nil {
+			return msg[:10] // the client waits for the rest until canceled
+		}
+		return msg
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	cfg := clientConfig{network: "tcp", addr: ln.Addr().String(), size: 64, conns: 1, depth: 1}
+	_, err = runClient(ctx, apis[baselineAPI], cfg, 100, 0, io.Discard)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("client error = %v, want the context's deadline", err)
+	}
+}
+
+func TestServerStopsWithOpenConnections(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- apis[baselineAPI].serve(ctx, serverConfig{
+			network: "tcp",
+			addr:    "127.0.0.1:0",
+			ready:   func(a net.Addr) { ready <- a },
+			log:     log.New(io.Discard, "", 0),
+		})
+	}()
+	addr := <-ready
+	c, err := net.Dial("tcp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ping" {
+		t.Fatalf("echo = %q, %v", buf, err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve returned %v after cancellation, want nil", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("serve did not return after cancellation with a connection open")
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := c.Read(buf); err == nil {
+		t.Fatalf("connection still open after the server stopped: read %d bytes", n)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bogus"}, "unknown command"},
+		{[]string{"client", "-api", "gonet"}, "-addr is required"},
+		{[]string{"client", "-api", "gonet", "-addr", "127.0.0.1:1", "-size", "0"}, "-size 0"},
+		{[]string{"client", "-api", "gonet", "-addr", "127.0.0.1:1", "-n", "-5"}, "-n -5"},
+		{[]string{"client", "-api", "gonet", "-addr", "127.0.0.1:1", "-conns", "0"}, "-conns 0"},
+		{[]string{"client", "-api", "gonet", "-addr", "127.0.0.1:1", "-depth", "0"}, "-depth 0"},
+		{[]string{"client", "-api", "gonet", "-addr", "127.0.0.1:1", "-warmup", "-1"}, `invalid value "-1" for flag -warmup`},
+		{[]string{"client", "-api", "nosuch", "-addr", "127.0.0.1:1"}, `unknown api "nosuch"`},
+		{[]string{"server", "-api", "nosuch"}, `unknown api "nosuch"`},
+		{[]string{"server", "-api", "gonet", "-spin", "-1s"}, "-spin -1s is negative"},
+		{[]string{"server", "-nosuchflag"}, "flag provided but not defined"},
+		{[]string{"server", "-api", "gonet", "extra"}, "unexpected argument"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), c.args, &stdout, &stderr)
+		if code != exitUsage {
+			t.Errorf("%q: exit status %d, want %d", c.args, code, exitUsage)
+		}
+		if !strings.Contains(stderr.String(), c.want) || !strings.Contains(stderr.String(), "usage:") {
+			t.Errorf("%q: stderr %q does not contain %q and the usage", c.args, &stderr, c.want)
+		}
+	}
+}
+
+func TestRuntimeErrors(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken := ln.Addr().String()
+	ln.Close()
+	// The port is free now, nothing listens: dialing it is refused.
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"client", "-api", "gonet", "-addr", taken}, &stdout, &stderr)
+	if code != exitFailure || !strings.Contains(stderr.String(), "dial") {
+		t.Errorf("client to a closed port: status %d, stderr %q; want %d and a dial error", code, &stderr, exitFailure)
+	}
+
+	addr, _ := startServer(t, "-api", "gonet")
+	stderr.Reset()
+	code = run(context.Background(), []string{"server", "-api", "gonet", "-addr", addr}, &stdout, &stderr)
+	if code != exitFailure || !strings.Contains(stderr.String(), "in use") {
+		t.Errorf("server on a taken port: status %d, stderr %q; want %d and an address in use", code, &stderr, exitFailure)
+	}
+}
+
+func TestSpinIgnoredByGoNet(t *testing.T) {
+	addr, _ := startServer(t, "-api", "gonet", "-spin", "50us")
+	var stdout, stderr bytes.Buffer
+	args := []string{"client", "-api", "gonet", "-addr", addr, "-n", "100", "-spin", "50us"}
+	if code := run(context.Background(), args, &stdout, &stderr); code != exitOK {
+		t.Fatalf("client exited with status %d; stderr:\n%s", code, &stderr)
+	}
+	if m := parseSummary(t, strings.TrimSpace(stdout.String())); m["spin_us"] != "0" {
+		t.Errorf("spin_us=%s for an api without spinning, want 0", m["spin_us"])
+	}
+	if !strings.Contains(stderr.String(), "ignoring -spin") {
+		t.Errorf("no warning about the ignored -spin in %q", &stderr)
+	}
+}
+
+func TestMetricsEndpoint(t *testing.T) {
+	_, stderr := startServer(t, "-api", "gonet", "-metrics-addr", "127.0.0.1:0")
+	url := strings.TrimSpace(stderr.waitLine(t, "echo server: metrics on "))
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+}
+
+func TestSummaryLineFormat(t *testing.T) {
+	s := summary{
+		transport: "tcp", api: "conn", size: 64, conns: 1, depth: 1, warmup: 1000,
+		result: result{
+			msgs: 10000,
+			p50:  12345 * time.Nanosecond, p99: 45600 * time.Nanosecond, p999: 78900 * time.Nanosecond,
+			wall: 810 * time.Millisecond,
+		},
+	}
+	const want = "transport=tcp size=64 conns=1 msgs=10000 p50_us=12.3 p99_us=45.6 p999_us=78.9 msgs_per_s=12346 MBps=0.79 api=conn spin_us=0 depth=1 warmup=1000 wall_s=0.810"
+	if got := s.String(); got != want {
+		t.Errorf("summary line\n got %s\nwant %s", got, want)
+	}
+	s.spin = 2500 * time.Nanosecond
+	if got := parseSummary(t, s.String())["spin_us"]; got != "2.5" {
+		t.Errorf("spin_us=%s, want 2.5", got)
+	}
+}
+
+func TestAPINames(t *testing.T) {
+	names := apiNames()
+	if len(names) == 0 || names[0] != baselineAPI {
+		t.Fatalf("apiNames() = %v, want %s first", names, baselineAPI)
+	}
+	if _, err := lookupAPI("nosuch"); err == nil || !strings.Contains(err.Error(), baselineAPI) {
+		t.Errorf("lookupAPI(nosuch) = %v, want an error listing the apis", err)
+	}
+}
+
+func TestClientDoesNotAllocatePerMessage(t *testing.T) {
+	addr, _ := startServer(t, "-api", "gonet")
+	for _, depth := range []int{1, 4} {
+		cfg := clientConfig{network: "tcp", addr: addr, size: 512, conns: 2, depth: depth}
+		mallocs := func(n int) uint64 {
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			if _, err := runClient(context.Background(), apis[baselineAPI], cfg, n, 0, io.Discard); err != nil {
+				t.Fatal(err)
+			}
+			runtime.ReadMemStats(&after)
+			return after.Mallocs - before.Mallocs
+		}
+		mallocs(100) // let the server and runtime settle
+		small, large := mallocs(100), mallocs(5100)
+		// The server, in this process too, allocates per connection only.
+		if perMsg := float64(int64(large)-int64(small)) / 5000; perMsg > 0.05 {
+			t.Errorf("depth %d: %.3f allocations per message (%d for 100 messages, %d for 5100)", depth, perMsg, small, large)
+		}
+	}
+}
+
+// TestEveryAPI holds every registered api to the contract of api: the
+// summary counts every message, and a client whose server never answers
+// returns the context's error promptly once the context is done.
+func TestEveryAPI(t *testing.T) {
+	for _, name := range apiNames() {
+		t.Run(name, func(t *testing.T) {
+			addr, _ := startServer(t, "-api", name)
+			for _, depth := range []int{1, 4} {
+				var stdout, stderr bytes.Buffer
+				args := []string{"client", "-api", name, "-addr", addr,
+					"-size", "1001", "-n", "600", "-conns", "3", "-depth", strconv.Itoa(depth)}
+				if code := run(context.Background(), args, &stdout, &stderr); code != exitOK {
+					t.Fatalf("depth %d: client exited with status %d; stderr:\n%s", depth, code, &stderr)
+				}
+				m := parseSummary(t, strings.TrimSpace(stdout.String()))
+				if m["msgs"] != "600" || m["conns"] != "3" || m["api"] != name {
+					t.Errorf("depth %d: summary %q", depth, &stdout)
+				}
+			}
+
+			// A server that accepts and reads but never answers.
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					go func() {
+						defer c.Close()
+						io.Copy(io.Discard, c)
+					}()
+				}
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			cfg := clientConfig{network: "tcp", addr: ln.Addr().String(), size: 64, conns: 2, depth: 2}
+			returned := make(chan error, 1)
+			go func() {
+				_, err := runClient(ctx, apis[name], cfg, 100, 0, io.Discard)
+				returned <- err
+			}()
+			select {
+			case err := <-returned:
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("client of a silent server returned %v, want the context's deadline", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("client of a silent server did not return within 5s of its context's deadline")
+			}
+		})
+	}
+}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"sync/atomic"
+	"time"
+)
+
+// A recorder hands out the sequence numbers of a client's messages and
+// keeps the round-trip times of the measured ones.
+//
+// Sequence numbers 0 to warmup-1 are warmup messages, whose times are
+// dropped; the next n are measured. The measured phase runs from the moment
+// the first measured sequence number is handed out to the moment the last
+// measured message is recorded.
+//
+// Next and Record may be called from any number of goroutines at once. The
+// times live in a slice allocated up front, one slot per measured message,
+// each written by the one goroutine that recorded it; result reads them and
+// must be called only after every Record call has returned.
+type recorder struct {
+	warmup uint64
+	total  uint64 // warmup + n
+	base   time.Time
+	times  []time.Duration // indexed by seq - warmup
+
+	next     atomic.Uint64 // the next sequence number to hand out
+	recorded atomic.Uint64 // messages recorded, warmup included
+	measured atomic.Uint64 // measured messages recorded
+	start    atomic.Int64  // when the measured phase began, as time since base
+	end      atomic.Int64  // when it ended, as time since base
+}
+
+// newRecorder returns a recorder for warmup unmeasured messages followed by
+// n measured ones.
+func newRecorder(n, warmup int) *recorder {
+	return &recorder{
+		warmup: uint64(warmup),
+		total:  uint64(warmup) + uint64(n),
+		base:   time.Now(),
+		times:  make([]time.Duration, n),
+	}
+}
+
+// Next returns the sequence number of the next message to send. It reports
+// false once all messages have been handed out.
+func (r *recorder) Next() (seq uint64, ok bool) {
+	seq = r.next.Add(1) - 1
+	if seq >= r.total {
+		return 0, false
+	}
+	if seq == r.warmup {
+		r.start.Store(int64(time.Since(r.base)))
+	}
+	return seq, true
+}
+
+// Record stores the round-trip time of message seq, which Next handed out
+// and which has been echoed correctly. Each message must be recorded once.
+func (r *recorder) Record(seq uint64, rtt time.Duration) {
+	if seq >= r.total {
+		panic(fmt.Sprintf("echo: Record(%d) of a sequence number never handed out", seq))
+	}
+	if seq >= r.warmup {
+		r.times[seq-r.warmup] = rtt
+		if r.measured.Add(1) == uint64(len(r.times)) {
+			r.end.Store(int64(time.Since(r.base)))
+		}
+	}
+	r.recorded.Add(1)
+}
+
+// A result summarizes the measured phase of a client run.
+type result struct {
+	msgs           int           // measured messages
+	p50, p99, p999 time.Duration // round-trip time percentiles
+	wall           time.Duration // duration of the measured phase
+}
+
+// msgsPerSecond returns the measured messages per second of wall time.
+func (r result) msgsPerSecond() float64 {
+	if r.wall <= 0 {
+		return 0
+	}
+	return float64(r.msgs) / r.wall.Seconds()
+}
+
+// result sorts the recorded times and summarizes them. It fails if some
+// measured message was not recorded.
+func (r *recorder) result() (result, error) {
+	if got := r.measured.Load(); got != uint64(len(r.times)) {
+		return result{}, fmt.Errorf("client recorded %d of %d measured messages", got, len(r.times))
+	}
+	slices.Sort(r.times)
+	return result{
+		msgs: len(r.times),
+		p50:  percentile(r.times, 50),
+		p99:  percentile(r.times, 99),
+		p999: percentile(r.times, 99.9),
+		wall: time.Duration(r.end.Load() - r.start.Load()),
+	}, nil
+}
+
+// reportProgress writes a progress line to w every interval, from quiet
+// onwards, until ctx is done: the messages recorded so far, warmup included,
+// and the rate since the previous line.
+func (r *recorder) reportProgress(ctx context.Context, w io.Writer, interval, quiet time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	began := time.Now()
+	last, lastAt := uint64(0), began
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			done := r.recorded.Load()
+			rate := float64(done-last) / now.Sub(lastAt).Seconds()
+			last, lastAt = done, now
+			if now.Sub(began) < quiet {
+				continue
+			}
+			fmt.Fprintf(w, "progress: %d/%d msgs (%.0f%%), %.0f msgs/s\n",
+				done, r.total, 100*float64(done)/float64(r.total), rate)
+		}
+	}
+}
