@@ -71,7 +71,6 @@ type Conn struct {
 	hasQueued atomic.Bool // queue not empty
 	full      atomic.Bool // queue at its bound: Send would block
 	one       [1]queued   // the fast path's message, outside the queue
-	hdr       [headerLen]byte
 }
 
 type queued struct {
@@ -170,12 +169,19 @@ func (c *Conn) Receive() (*bufpool.Buffer, error) {
 	}
 	c.rmu.Lock()
 	b, err := c.receive()
-	c.readable.Store(c.rerr != nil || c.frameReady())
+	readable := c.rerr != nil || c.frameReady()
+	wasReadable := c.readable.Swap(readable)
 	fatal := err != nil && errors.Is(err, channel.ErrMessageTooLarge)
 	c.rmu.Unlock()
 	if fatal {
 		c.t.protoErrs.Add(1)
 		c.Close()
+	} else if readable && !wasReadable {
+		// What this call left staged, no descriptor shows: a selector that
+		// did not select the key last time would not ask ReadyOps.
+		if r := c.reg.Load(); r != nil {
+			r.Ready(selectionkey.OpRead)
+		}
 	}
 	return b, err
 }
@@ -319,12 +325,22 @@ func (c *Conn) Send(b *bufpool.Buffer) error {
 	}
 	blocking := c.blocking.Load()
 	if c.queued >= c.t.cfg.SendQueue {
-		if !blocking {
-			return channel.ErrWouldBlock
-		}
-		if err := c.drain(); err != nil {
-			b.Release()
-			return err
+		if blocking {
+			if err := c.drain(); err != nil {
+				b.Release()
+				return err
+			}
+		} else {
+			// The socket may have taken bytes since the queue filled up;
+			// without a selector flushing, only this call can move them.
+			if err := c.flush(); err != nil {
+				b.Release()
+				return err
+			}
+			if c.queued >= c.t.cfg.SendQueue {
+				c.queueChanged()
+				return channel.ErrWouldBlock
+			}
 		}
 	}
 	if c.qhead == len(c.queue) {
@@ -512,9 +528,17 @@ func (c *Conn) dropQueue() {
 // held.
 func (c *Conn) queueChanged() {
 	has := c.qhead < len(c.queue)
-	c.full.Store(c.queued >= c.t.cfg.SendQueue)
+	full := c.queued >= c.t.cfg.SendQueue
+	wasFull := c.full.Swap(full)
 	if c.hasQueued.Swap(has) != has {
 		_ = c.update(c, c.want)
+	}
+	if wasFull && !full {
+		// Room made outside Handle (by Send or Flush) shows on no
+		// descriptor once the queue is gone.
+		if r := c.reg.Load(); r != nil {
+			r.Ready(selectionkey.OpWrite)
+		}
 	}
 }
 

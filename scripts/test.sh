@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Runs every check of the module, the way CI does, on a fresh Debian machine
+# or an already set-up one:
+#
+#   scripts/test.sh [-fuzztime DURATION]
+#
+# It installs what it needs (see scripts/lib.sh), then runs: go mod download,
+# a go.mod tidiness check, gofmt, go vet, staticcheck, go test -race, a short
+# fuzz pass over every Fuzz target, and a quick pass of the echo benchmark
+# runner. Every check runs even if an earlier one fails; the exit status is
+# nonzero if any failed.
+set -euo pipefail
+
+# staticcheck_version is the staticcheck release used; v0.8.x supports Go 1.26.
+staticcheck_version=v0.8.2
+fuzztime=10s
+
+while [[ $# -gt 0 ]]; do
+	case $1 in
+	-fuzztime | --fuzztime)
+		[[ $# -ge 2 ]] || { echo "usage: $0 [-fuzztime DURATION]" >&2; exit 2; }
+		fuzztime=$2
+		shift 2
+		;;
+	*)
+		echo "usage: $0 [-fuzztime DURATION]" >&2
+		exit 2
+		;;
+	esac
+done
+
+# shellcheck source=scripts/lib.sh
+source "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
+setup
+
+failed=()
+
+# check runs a named check and records its failure instead of stopping.
+check() {
+	local name=$1
+	shift
+	section "$name"
+	if "$@"; then
+		echo "ok: $name"
+	else
+		echo "FAILED: $name"
+		failed+=("$name")
+	fi
+}
+
+gofmt_check() {
+	local files file
+	files=$(gofmt -l .)
+	if [[ -n $files ]]; then
+		echo "these files need gofmt -w:"
+		while IFS= read -r file; do
+			printf '  %s\n' "$file"
+		done <<<"$files"
+		return 1
+	fi
+}
+
+tidy_check() {
+	if ! go mod tidy -diff; then
+		echo "go.mod or go.sum is not tidy: run go mod tidy"
+		return 1
+	fi
+}
+
+# fuzz runs each Fuzz target of the module for $fuzztime.
+fuzz() {
+	local dirs dir pkg target targets status=0
+	dirs=$(grep -rlE --include='*_test.go' '^func Fuzz[A-Z0-9_]' . | xargs -r -n 1 dirname | sort -u)
+	if [[ -z $dirs ]]; then
+		echo "no fuzz targets"
+		return 0
+	fi
+	for dir in $dirs; do
+		pkg=$(go list "$dir") || { status=1; continue; }
+		targets=$(go test -list '^Fuzz' -run '^$' "$dir" | grep '^Fuzz') || { status=1; continue; }
+		for target in $targets; do
+			echo "--- $pkg $target ($fuzztime)"
+			go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$dir" || status=1
+		done
+	done
+	return $status
+}
+
+check "go mod download" go mod download
+check "go mod tidy" tidy_check
+check "gofmt" gofmt_check
+check "go vet" go vet ./...
+check "staticcheck $staticcheck_version" go run "honnef.co/go/tools/cmd/staticcheck@$staticcheck_version" ./...
+check "go test -race" go test -race -count=1 ./...
+check "fuzz ($fuzztime per target)" fuzz
+check "echo benchmark, quick" go run ./benchmarks/echobench -quick
+
+section "summary"
+if [[ ${#failed[@]} -gt 0 ]]; then
+	printf 'FAILED: %s\n' "${failed[@]}"
+	exit 1
+fi
+echo "all checks passed"
