@@ -64,16 +64,16 @@ func TestMessages(t *testing.T) {
 		want int
 	}{
 		{point{64, 1}, 10000},
-		{point{64, 100}, 20000},
+		{point{64, 100}, 50000},
 		{point{102400, 1}, 5000},
-		{point{102400, 1000}, 10000},
+		{point{102400, 1000}, 100000},
 	} {
 		if got := cfg.messages(c.p); got != c.want {
 			t.Errorf("messages(%+v) = %d, want %d", c.p, got, c.want)
 		}
 	}
-	if got := (&config{n: 100}).messages(point{64, 1000}); got != 10000 {
-		t.Errorf("messages with 1000 connections and -n 100 = %d, want 10 per connection", got)
+	if got := (&config{n: 100}).messages(point{64, 1000}); got != 100000 {
+		t.Errorf("messages with 1000 connections and -n 100 = %d, want 100 per connection", got)
 	}
 }
 

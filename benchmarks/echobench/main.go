@@ -77,8 +77,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		conns = fs.String("conns", "1,100,1000", "connection counts, comma-separated")
 	)
 	fs.IntVar(&cfg.n, "n", 20000, "measured messages per run with one connection and messages up to 64 KiB;\n"+
-		"runs with more connections send twice as many, runs with larger messages half as many,\n"+
-		"and every run sends at least 10 per connection")
+		"runs with more connections send five times as many, runs with larger messages half as many,\n"+
+		"and every run sends at least 100 per connection")
 	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds over all contenders; figures are medians over rounds")
 	fs.DurationVar(&cfg.spin, "spin", 0, "busy-poll budget passed to the server and client of every api but gonet")
 	fs.StringVar(&cfg.md, "md", "docs/benchmarks-echo-tcp.md", "write the table as Markdown to this file")
@@ -174,12 +174,12 @@ func parseInts(name, s string) ([]int, error) {
 func (cfg *config) messages(p point) int {
 	n := cfg.n
 	if p.conns > 1 {
-		n *= 2
+		n *= 5
 	}
 	if p.size > 64<<10 {
 		n /= 2
 	}
-	return max(n, 10*p.conns)
+	return max(n, 100*p.conns)
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {

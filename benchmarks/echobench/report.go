@@ -260,7 +260,7 @@ func (r *report) notes() [][2]string {
 		{"spin", spin},
 		{"method", fmt.Sprintf("median of %d round%s; in each round the contenders run in turn (%s), each with a fresh server and client process over 127.0.0.1",
 			r.cfg.rounds, plural(r.cfg.rounds), strings.Join(r.cfg.apis, ", "))},
-		{"messages", fmt.Sprintf("%d measured per run with 1 connection and up to 64 KiB, twice that with more connections, half above 64 KiB; "+
+		{"messages", fmt.Sprintf("%d measured per run with 1 connection and up to 64 KiB, five times that with more connections, half above 64 KiB, at least 100 per connection; "+
 			"warmup min(1000, n/10) unmeasured; 1 message in flight per connection", r.cfg.n)},
 		{"units", "round-trip times in us, from the start of a write to the end of reading the whole echo; MB/s counts the payload one way; " +
 			"ratios are api/" + baseline + ": below 1 is faster for p50 and p99, above 1 is more msgs/s"},
