@@ -395,10 +395,18 @@ func (s *Selector) doSelect(timeout time.Duration) (int, error) {
 	// Without a spin budget, a select that may wait goes straight to
 	// epoll_wait with its timeout: a non-blocking epoll_wait first would
 	// cost a system call per select.
-	if err := s.collect(0, true, timeout == 0 || s.cfg.SpinBudget > 0); err != nil {
+	polled := timeout == 0 || s.cfg.SpinBudget > 0
+	if err := s.collect(0, true, polled); err != nil {
 		return 0, err
 	}
 	if len(s.selected) > 0 || s.woken.Swap(false) || timeout == 0 {
+		// Keys ready in user space (ReadyOps, the ready queue) must not
+		// starve the descriptors: look at epoll too before returning.
+		if !polled {
+			if err := s.collect(0, false, true); err != nil {
+				return 0, err
+			}
+		}
 		return s.finish()
 	}
 	var deadline time.Time
@@ -407,6 +415,9 @@ func (s *Selector) doSelect(timeout time.Duration) (int, error) {
 	}
 	if budget := s.cfg.SpinBudget; budget > 0 {
 		spinUntil := time.Now().Add(budget)
+		if timeout > 0 && deadline.Before(spinUntil) {
+			spinUntil = deadline // SelectTimeout waits at most its timeout
+		}
 		for time.Now().Before(spinUntil) {
 			s.spins.Add(1)
 			if err := s.collect(0, true, true); err != nil {
@@ -654,7 +665,14 @@ func (s *Selector) Close() error {
 	}
 	s.selectMu.Lock() // wait for a select in progress to return
 	defer s.selectMu.Unlock()
+	// Forget the sources still added: once closed, the epoll descriptor's
+	// number may be reused, and RemoveSource or ModifySource must not
+	// reach whatever has it then.
+	s.mu.Lock()
+	clear(s.sources)
+	s.pollers = nil
 	err := errors.Join(s.epfile.Close(), unix.Close(s.wakefd))
+	s.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("selector: close: %w", err)
 	}
