@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -106,18 +105,24 @@ func (c *Conn) connected() {
 
 // FinishConnect implements channel.Conn.
 func (c *Conn) FinishConnect() (bool, error) {
-	wait := time.Duration(0)
-	if c.blocking.Load() {
-		wait = -1
+	if !c.blocking.Load() {
+		return c.finishConnect(0)
 	}
-	return c.finishConnect(context.Background(), wait)
+	for {
+		if done, err := c.finishConnect(-1); done || err != nil {
+			return done, err
+		}
+	}
 }
 
 // finishConnect waits up to wait (forever if negative) for a pending
 // connect to complete.
-func (c *Conn) finishConnect(ctx context.Context, wait time.Duration) (bool, error) {
+func (c *Conn) finishConnect(wait time.Duration) (bool, error) {
 	c.smu.Lock()
 	defer c.smu.Unlock()
+	if c.closing.Load() {
+		return false, c.closedErr("dial")
+	}
 	switch c.state.Load() {
 	case stateConnected:
 		return true, nil
@@ -135,7 +140,7 @@ func (c *Conn) finishConnect(ctx context.Context, wait time.Duration) (bool, err
 	pfd := []unix.PollFd{{Fd: int32(c.fd.fd), Events: unix.POLLOUT}}
 	n, err := unix.Poll(pfd, ms)
 	if err == unix.EINTR || (err == nil && n == 0) {
-		return false, ctx.Err()
+		return false, nil
 	}
 	if c.fd.closed() {
 		return false, c.closedErr("dial")

@@ -130,7 +130,7 @@ func (t *Transport) Dial(ctx context.Context, address string) (*Conn, error) {
 		return nil, err
 	}
 	for {
-		done, err := c.finishConnect(ctx, 50*time.Millisecond)
+		done, err := c.finishConnect(50 * time.Millisecond)
 		if err != nil {
 			c.Close()
 			return nil, err
