@@ -78,7 +78,7 @@ type Stats struct {
 	MaxBuffers int    // the bound
 	Allocated  int    // buffers carved from slabs so far
 	InUse      int    // buffers currently owned by callers
-	Slabs      int    // memory mappings made so far
+	Slabs      int    // memory mappings held now
 	Gets       uint64 // successful Get and TryGet calls
 	Waits      uint64 // Get calls that had to wait for a Release
 	Exhausted  uint64 // TryGet calls that failed with ErrExhausted

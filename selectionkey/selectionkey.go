@@ -89,7 +89,7 @@ func (k *Key) Interest() Ops { return k.interest.load() }
 
 // SetInterest replaces the interest set. It takes effect at once, also for
 // a select in progress. It fails with ErrCanceled on a canceled key and
-// with ErrInvalidOps for operations the channel does not support.
+// with an *InvalidOpsError for operations the channel does not support.
 func (k *Key) SetInterest(o Ops) error {
 	if err := k.check(o); err != nil {
 		return err
