@@ -50,6 +50,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -420,6 +421,9 @@ func (s *Selector) doSelect(timeout time.Duration) (int, error) {
 		}
 		for time.Now().Before(spinUntil) {
 			s.spins.Add(1)
+			// Let goroutines that share this P run: a spinning
+			// selector must not starve the readers it just woke.
+			runtime.Gosched()
 			if err := s.collect(0, true, true); err != nil {
 				return 0, err
 			}
