@@ -374,15 +374,34 @@ func TestSpinIgnoredByGoNet(t *testing.T) {
 }
 
 func TestMetricsEndpoint(t *testing.T) {
-	_, stderr := startServer(t, "-api", "gonet", "-metrics-addr", "127.0.0.1:0")
-	url := strings.TrimSpace(stderr.waitLine(t, "echo server: metrics on "))
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s", url, resp.Status)
+	for _, api := range []string{"gonet", "channel", "conn"} {
+		t.Run(api, func(t *testing.T) {
+			addr, stderr := startServer(t, "-api", api, "-metrics-addr", "127.0.0.1:0")
+			url := strings.TrimSpace(stderr.waitLine(t, "echo server: metrics on "))
+			if api != "gonet" {
+				// Traffic first, so the transport counters have something to show.
+				out := newLineWriter()
+				if code := run(context.Background(), []string{"client", "-api", api, "-addr", addr, "-n", "50", "-size", "64"}, out, io.Discard); code != 0 {
+					t.Fatalf("client exited %d", code)
+				}
+			}
+			resp, err := http.Get(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("GET %s: %s", url, resp.Status)
+			}
+			want := `rubin_transport_messages_received_total{transport="` + api + `"}`
+			if api != "gonet" && !strings.Contains(string(body), want) {
+				t.Errorf("metrics lack %s:\n%s", want, body)
+			}
+		})
 	}
 }
 

@@ -41,6 +41,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -145,6 +146,7 @@ type commonFlags struct {
 	api       string
 	addr      string
 	spin      time.Duration
+	profile   string
 }
 
 func (c *commonFlags) register(fs *flag.FlagSet, defaultAddr string) {
@@ -152,6 +154,27 @@ func (c *commonFlags) register(fs *flag.FlagSet, defaultAddr string) {
 	fs.StringVar(&c.api, "api", "conn", "api: "+strings.Join(apiNames(), ", "))
 	fs.StringVar(&c.addr, "addr", defaultAddr, "address, HOST:PORT")
 	fs.DurationVar(&c.spin, "spin", 0, "busy-poll budget before sleeping, for apis that have one")
+	fs.StringVar(&c.profile, "cpuprofile", "", "write a CPU profile of the whole run to `file`")
+}
+
+// startProfile starts the CPU profile asked for, if any; the returned
+// function stops it and closes the file.
+func (c *commonFlags) startProfile() (stop func() error, err error) {
+	if c.profile == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(c.profile)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }
 
 // check validates the common flags and returns the selected api.
@@ -194,6 +217,11 @@ func runServerCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err != nil {
 		return err
 	}
+	stop, err := common.startProfile()
+	if err != nil {
+		return err
+	}
+	defer stop()
 	if *metricsAddr != "" {
 		addr, err := serveMetrics(ctx, *metricsAddr, log.New(stderr, "echo server: metrics: ", 0))
 		if err != nil {
@@ -249,6 +277,11 @@ func runClientCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err := cf.check(); err != nil {
 		return err
 	}
+	stop, err := common.startProfile()
+	if err != nil {
+		return err
+	}
+	defer stop()
 	cfg := clientConfig{
 		network: common.transport,
 		addr:    common.addr,

@@ -10,12 +10,20 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/rubin-go/rubin/metrics"
 )
 
 // metricsRegistry holds the echo command's Prometheus collectors, which
 // code in this package registers from init functions or before serving. The
 // server's -metrics-addr serves it; the global default registry is not used.
 var metricsRegistry = prometheus.NewRegistry()
+
+// echoMetrics exports the counters of the rubin api the server runs: its
+// transport, buffer pool and selectors.
+var echoMetrics = metrics.New()
+
+func init() { metricsRegistry.MustRegister(echoMetrics) }
 
 // serveMetrics serves metricsRegistry at http://addr/metrics until ctx is
 // done, and returns the address it listens on. Errors after it has started
