@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -86,22 +87,25 @@ type Stats struct {
 
 // A Pool hands out fixed-size buffers. All its methods are safe for
 // concurrent use.
+//
+// Free buffers form a stack: the buffer released last is handed out next,
+// while its cache lines (and, on RDMA, its NIC translation entries) are
+// still warm. A release while Gets wait goes straight to the oldest waiter.
 type Pool struct {
 	bufSize    int
 	perSlab    int
 	maxBuffers int
 	registrar  Registrar
 
-	free   chan *Buffer  // buffers ready to hand out; capacity maxBuffers
-	done   chan struct{} // closed by Close
-	closed atomic.Bool
-
-	mu      sync.Mutex // guards growth and the fields below
+	mu      sync.Mutex // guards the fields below
+	free    []*Buffer  // a stack; capacity maxBuffers
+	waiters []chan *Buffer
 	slabs   []*slab
 	carved  int
+	inUse   int
+	closed  bool
 	drained bool // slabs unmapped
 
-	inUse     atomic.Int64
 	gets      atomic.Uint64
 	waits     atomic.Uint64
 	exhausted atomic.Uint64
@@ -136,8 +140,6 @@ func New(cfg Config) (*Pool, error) {
 		perSlab:    perSlab,
 		maxBuffers: cfg.MaxBuffers,
 		registrar:  cfg.Registrar,
-		free:       make(chan *Buffer, cfg.MaxBuffers),
-		done:       make(chan struct{}),
 	}, nil
 }
 
@@ -147,17 +149,36 @@ func (p *Pool) BufferSize() int { return p.bufSize }
 // Get returns a buffer with length zero, waiting for one to be released
 // when the pool is at its bound, until ctx is done or the pool is closed.
 func (p *Pool) Get(ctx context.Context) (*Buffer, error) {
-	b, err := p.get()
+	p.mu.Lock()
+	b, err := p.take()
 	if !errors.Is(err, ErrExhausted) {
-		return b, err
+		p.mu.Unlock()
+		return p.hand(b, err)
 	}
+	w := make(chan *Buffer, 1)
+	p.waiters = append(p.waiters, w)
+	p.mu.Unlock()
 	p.waits.Add(1)
 	select {
-	case b := <-p.free:
-		return p.hand(b)
-	case <-p.done:
-		return nil, ErrClosed
+	case b := <-w:
+		if b == nil {
+			return nil, ErrClosed
+		}
+		return p.hand(b, nil)
 	case <-ctx.Done():
+		p.mu.Lock()
+		i := slices.Index(p.waiters, w)
+		if i >= 0 {
+			p.waiters = slices.Delete(p.waiters, i, i+1)
+		}
+		p.mu.Unlock()
+		if i < 0 {
+			// A Release or Close took w off the list and is handing
+			// over a buffer (or nil): take it and pass it on.
+			if b := <-w; b != nil {
+				p.put(b)
+			}
+		}
 		return nil, ctx.Err()
 	}
 }
@@ -165,31 +186,35 @@ func (p *Pool) Get(ctx context.Context) (*Buffer, error) {
 // TryGet returns a buffer with length zero, or ErrExhausted if none is free
 // and the pool is at its bound. It never waits.
 func (p *Pool) TryGet() (*Buffer, error) {
-	b, err := p.get()
+	p.mu.Lock()
+	b, err := p.take()
+	p.mu.Unlock()
 	if errors.Is(err, ErrExhausted) {
 		p.exhausted.Add(1)
 	}
-	return b, err
+	return p.hand(b, err)
 }
 
-func (p *Pool) get() (*Buffer, error) {
-	for {
-		select {
-		case b := <-p.free:
-			return p.hand(b)
-		default:
-		}
+// take pops a free buffer, mapping a slab if none is free; mu held.
+func (p *Pool) take() (*Buffer, error) {
+	if p.closed {
+		return nil, ErrClosed
+	}
+	if len(p.free) == 0 {
 		if err := p.grow(); err != nil {
 			return nil, err
 		}
 	}
+	b := p.free[len(p.free)-1]
+	p.free[len(p.free)-1] = nil
+	p.free = p.free[:len(p.free)-1]
+	p.inUse++
+	return b, nil
 }
 
-func (p *Pool) hand(b *Buffer) (*Buffer, error) {
-	p.inUse.Add(1) // before the closed check: Close must not unmap b under us
-	if p.closed.Load() {
-		p.put(b)
-		return nil, ErrClosed
+func (p *Pool) hand(b *Buffer, err error) (*Buffer, error) {
+	if err != nil {
+		return nil, err
 	}
 	b.n = 0
 	b.refs.Store(1)
@@ -197,16 +222,8 @@ func (p *Pool) hand(b *Buffer) (*Buffer, error) {
 	return b, nil
 }
 
-// grow maps one more slab if the pool is below its bound.
+// grow maps one more slab if the pool is below its bound; mu held.
 func (p *Pool) grow() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed.Load() {
-		return ErrClosed
-	}
-	if len(p.free) > 0 {
-		return nil // someone released or grew meanwhile
-	}
 	n := min(p.perSlab, p.maxBuffers-p.carved)
 	if n <= 0 {
 		return ErrExhausted
@@ -224,21 +241,36 @@ func (p *Pool) grow() error {
 		}
 		s.handle = h
 	}
+	if p.free == nil {
+		p.free = make([]*Buffer, 0, p.maxBuffers)
+	}
 	p.slabs = append(p.slabs, s)
-	for i := range s.bufs {
+	for i := n - 1; i >= 0; i-- { // the slab's first buffer on top
 		b := &s.bufs[i]
 		b.pool = p
 		b.slab = s
 		b.mem = mem[i*p.bufSize : (i+1)*p.bufSize : (i+1)*p.bufSize]
-		p.free <- b
+		p.free = append(p.free, b)
 	}
 	p.carved += n
 	return nil
 }
 
+// put takes back a buffer whose last owner released it.
 func (p *Pool) put(b *Buffer) {
-	p.free <- b // never blocks: capacity is maxBuffers
-	if p.inUse.Add(-1) == 0 && p.closed.Load() {
+	p.mu.Lock()
+	if len(p.waiters) > 0 {
+		w := p.waiters[0]
+		p.waiters = slices.Delete(p.waiters, 0, 1)
+		p.mu.Unlock()
+		w <- b // still in use: it changes owner
+		return
+	}
+	p.free = append(p.free, b)
+	p.inUse--
+	drain := p.closed && p.inUse == 0
+	p.mu.Unlock()
+	if drain {
 		p.drain()
 	}
 }
@@ -249,13 +281,18 @@ func (p *Pool) put(b *Buffer) {
 // released, which may be during Close. Close is idempotent.
 func (p *Pool) Close() error {
 	p.mu.Lock()
-	if p.closed.Swap(true) {
+	if p.closed {
 		p.mu.Unlock()
 		return nil
 	}
-	close(p.done)
+	p.closed = true
+	for _, w := range p.waiters {
+		w <- nil
+	}
+	p.waiters = nil
+	drain := p.inUse == 0
 	p.mu.Unlock()
-	if p.inUse.Load() == 0 {
+	if drain {
 		p.drain()
 	}
 	return nil
@@ -265,7 +302,7 @@ func (p *Pool) Close() error {
 func (p *Pool) drain() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.drained || p.inUse.Load() != 0 {
+	if p.drained || p.inUse != 0 {
 		return
 	}
 	p.drained = true
@@ -275,20 +312,19 @@ func (p *Pool) drain() {
 		}
 		_ = unix.Munmap(s.mem)
 	}
-	p.slabs = nil
+	p.slabs, p.free = nil, nil
 }
 
 // Stats returns a snapshot of the pool's usage.
 func (p *Pool) Stats() Stats {
 	p.mu.Lock()
-	allocated, slabs := p.carved, len(p.slabs)
-	p.mu.Unlock()
+	defer p.mu.Unlock()
 	return Stats{
 		BufferSize: p.bufSize,
 		MaxBuffers: p.maxBuffers,
-		Allocated:  allocated,
-		InUse:      int(p.inUse.Load()),
-		Slabs:      slabs,
+		Allocated:  p.carved,
+		InUse:      p.inUse,
+		Slabs:      len(p.slabs),
 		Gets:       p.gets.Load(),
 		Waits:      p.waits.Load(),
 		Exhausted:  p.exhausted.Load(),
