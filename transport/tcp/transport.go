@@ -31,7 +31,7 @@ const headerLen = 4
 
 // Defaults for the zero Config fields.
 const (
-	DefaultReadBuffer = 64 << 10
+	DefaultReadBuffer = 32 << 10
 	DefaultSendQueue  = 4 << 20
 )
 
