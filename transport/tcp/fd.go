@@ -2,7 +2,11 @@ package tcp
 
 import (
 	"net"
+	"os"
+	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -12,9 +16,36 @@ import (
 // and the one that closes it. Close may come at any time; the descriptor is
 // closed only once no operation holds it, so its number is never reused
 // under an operation in flight.
+//
+// Blocking-mode operations wait for readiness as goroutines parked in the
+// Go runtime's network poller, on a duplicate of the descriptor registered
+// there the first time one waits: no thread sleeps in poll(2), and waking a
+// waiter costs what it costs package net.
 type sysfd struct {
 	fd    int
 	state atomic.Int64 // closedBit | number of holders
+
+	mu   sync.Mutex // guards file and raw
+	file *os.File   // the duplicate, owned by the runtime poller
+	raw  syscall.RawConn
+	// Readiness checks handed to raw, bound once so that waiting does not
+	// allocate; each is used by one waiter at a time (reads and writes
+	// are serialized by their callers).
+	readCheck, writeCheck readiness
+}
+
+// readiness is a RawConn callback that reports whether a descriptor is
+// ready for events; the runtime parks the caller until it is.
+type readiness struct {
+	fd     int
+	events int16
+	fn     func(uintptr) bool
+}
+
+func (r *readiness) check(uintptr) bool {
+	pfd := [1]unix.PollFd{{Fd: int32(r.fd), Events: r.events}}
+	n, err := unix.Poll(pfd[:], 0)
+	return err != nil && err != unix.EINTR || n > 0
 }
 
 const closedBit = 1 << 62
@@ -39,8 +70,8 @@ func (f *sysfd) release() {
 	}
 }
 
-// close marks the descriptor closed and wakes operations blocked in poll;
-// it reports whether this call was the one that closed it.
+// close marks the descriptor closed and wakes the operations waiting for
+// it; it reports whether this call was the one that closed it.
 func (f *sysfd) close() bool {
 	for {
 		s := f.state.Load()
@@ -48,11 +79,13 @@ func (f *sysfd) close() bool {
 			return false
 		}
 		if f.state.CompareAndSwap(s, s|closedBit) {
+			f.mu.Lock()
+			if f.file != nil {
+				f.file.Close() // wakes waiters; they see the closed bit
+			}
+			f.mu.Unlock()
 			if s == 0 {
 				unix.Close(f.fd)
-			} else {
-				// Wake holders sleeping in poll; they see the closed bit.
-				_ = unix.Shutdown(f.fd, unix.SHUT_RDWR)
 			}
 			return true
 		}
@@ -61,16 +94,55 @@ func (f *sysfd) close() bool {
 
 func (f *sysfd) closed() bool { return f.state.Load()&closedBit != 0 }
 
-// wait sleeps until the descriptor is ready for events (POLLIN, POLLOUT)
-// or has an error or hang-up condition. The caller holds the descriptor.
+// wait parks until the descriptor is ready for events (POLLIN or POLLOUT),
+// has an error or hang-up condition, or is closed. The caller holds the
+// descriptor.
 func (f *sysfd) wait(events int16) error {
-	pfd := []unix.PollFd{{Fd: int32(f.fd), Events: events}}
-	for {
-		_, err := unix.Poll(pfd, -1)
-		if err != unix.EINTR {
-			return err
-		}
+	raw, err := f.rawConn()
+	if err != nil {
+		return err
 	}
+	if events == unix.POLLOUT {
+		err = raw.Write(f.writeCheck.fn)
+	} else {
+		err = raw.Read(f.readCheck.fn)
+	}
+	if err != nil && f.closed() {
+		return nil // the caller sees the closed bit
+	}
+	return err
+}
+
+// rawConn registers a duplicate of the descriptor with the runtime poller,
+// once.
+func (f *sysfd) rawConn() (syscall.RawConn, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.raw != nil {
+		return f.raw, nil
+	}
+	if f.closed() {
+		return nil, net.ErrClosed
+	}
+	dup, err := unix.FcntlInt(uintptr(f.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, os.NewSyscallError("fcntl", err)
+	}
+	file := os.NewFile(uintptr(dup), "tcp")
+	raw, err := file.SyscallConn()
+	if err == nil {
+		err = file.SetDeadline(time.Time{}) // fails unless the runtime polls it
+	}
+	if err != nil {
+		file.Close()
+		return nil, err
+	}
+	f.readCheck = readiness{fd: f.fd, events: unix.POLLIN}
+	f.readCheck.fn = f.readCheck.check
+	f.writeCheck = readiness{fd: f.fd, events: unix.POLLOUT}
+	f.writeCheck.fn = f.writeCheck.check
+	f.file, f.raw = file, raw
+	return raw, nil
 }
 
 // writev writes iov with one system call, without allocating.
