@@ -341,6 +341,30 @@ func testConcurrentSendReceive(e *env) {
 	}
 }
 
+// receiveChecked receives count messages of size on c in a goroutine,
+// checking each against the pattern of tag|i, and reports the first
+// failure, or nil, on the returned channel.
+func receiveChecked(c channel.Conn, count, size int, tag uint64) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		for i := range count {
+			buf, err := c.Receive()
+			if err != nil {
+				done <- err
+				return
+			}
+			err = check(buf.Bytes(), size, tag|uint64(i))
+			buf.Release()
+			if err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	return done
+}
+
 // fillUp sends messages of the given size on non-blocking c, whose peer
 // does not read, until Send reports ErrWouldBlock. It returns how many
 // were sent and the refused buffer, still the caller's.
@@ -431,23 +455,7 @@ func testSendRetryWithoutSelector(e *env) {
 	size := min(16<<10, e.f.MaxMessageSize)
 	sent, refused := e.fillUp(a, size, toServer)
 	total := sent + 1
-	done := make(chan error, 1)
-	go func() {
-		for i := range total {
-			buf, err := b.Receive()
-			if err != nil {
-				done <- err
-				return
-			}
-			err = check(buf.Bytes(), size, toServer|uint64(i))
-			buf.Release()
-			if err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- nil
-	}()
+	done := receiveChecked(b, total, size, toServer)
 	deadline := time.Now().Add(patience)
 	for {
 		err := a.Send(refused)
@@ -1140,23 +1148,7 @@ func testWritableAfterFlush(e *env) {
 	if err := k.SetInterest(selectionkey.OpWrite); err != nil {
 		e.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() {
-		for i := range sent {
-			buf, err := b.Receive()
-			if err != nil {
-				done <- err
-				return
-			}
-			err = check(buf.Bytes(), size, toServer|uint64(i))
-			buf.Release()
-			if err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- nil
-	}()
+	done := receiveChecked(b, sent, size, toServer)
 	deadline := time.Now().Add(patience)
 	for {
 		err := a.Flush()
