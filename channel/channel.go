@@ -72,13 +72,15 @@ type Conn interface {
 	// must Release it.
 	Receive() (*bufpool.Buffer, error)
 	// Send sends buf.Bytes() as one message. It takes ownership of buf
-	// unless it returns ErrWouldBlock. Send may return before the message
-	// has left the host; Flush waits for that. A buffer from any pool is
+	// unless it returns ErrWouldBlock. What the transport cannot take at
+	// once waits in a bounded send queue, and Send returns; a non-blocking
+	// Send returns ErrWouldBlock once the queue is at its bound, and
+	// OpWrite says when the queue is empty again. A buffer from any pool is
 	// accepted; a transport that needs registered memory copies a foreign
 	// buffer into its own.
 	Send(buf *bufpool.Buffer) error
-	// Flush pushes out messages queued by earlier Sends. In non-blocking
-	// mode it returns ErrWouldBlock if some are still queued.
+	// Flush pushes out queued messages. In non-blocking mode it returns
+	// ErrWouldBlock if some are still queued; OpWrite says when none is.
 	Flush() error
 	// Pool is where buffers for Send are best taken from.
 	Pool() *bufpool.Pool

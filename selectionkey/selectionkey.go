@@ -17,7 +17,7 @@ type Ops uint32
 // The operations a key can be interested in, as in java.nio.
 const (
 	OpRead    Ops = 1 << 0 // a message can be received
-	OpWrite   Ops = 1 << 2 // a message can be sent without blocking
+	OpWrite   Ops = 1 << 2 // nothing is queued to send: a Send goes out at once
 	OpConnect Ops = 1 << 3 // a pending connect can be finished
 	OpAccept  Ops = 1 << 4 // a connection can be accepted
 )

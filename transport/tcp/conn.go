@@ -68,7 +68,6 @@ type Conn struct {
 	iov       []unix.Iovec
 	werr      error       // sticky
 	hasQueued atomic.Bool // queue not empty
-	full      atomic.Bool // queue at its bound: Send would block
 	one       [1]queued   // the fast path's message, outside the queue
 }
 
@@ -533,14 +532,13 @@ func (c *Conn) dropQueue() {
 // held.
 func (c *Conn) queueChanged() {
 	has := c.qhead < len(c.queue)
-	full := c.queued >= c.t.cfg.SendQueue
-	wasFull := c.full.Swap(full)
-	if c.hasQueued.Swap(has) != has {
-		_ = c.update(c, c.want)
+	if c.hasQueued.Swap(has) == has {
+		return
 	}
-	if wasFull && !full {
-		// Room made outside Handle (by Send or Flush) shows on no
-		// descriptor once the queue is gone.
+	_ = c.update(c, c.want)
+	if !has {
+		// Drained, perhaps outside Handle (by Send or Flush): once the
+		// queue is gone, no descriptor will say so.
 		if r := c.reg.Load(); r != nil {
 			r.Ready(selectionkey.OpWrite)
 		}
@@ -628,7 +626,7 @@ func (c *Conn) ValidOps() selectionkey.Ops {
 }
 
 // ReadyOps implements selector.Selectable: a message staged in user space
-// makes the connection readable, room in the send queue writable.
+// makes the connection readable, an empty send queue writable.
 func (c *Conn) ReadyOps() selectionkey.Ops {
 	var ops selectionkey.Ops
 	if c.readable.Load() {
@@ -636,7 +634,7 @@ func (c *Conn) ReadyOps() selectionkey.Ops {
 	}
 	switch c.state.Load() {
 	case stateConnected:
-		if !c.full.Load() {
+		if !c.hasQueued.Load() {
 			ops |= selectionkey.OpWrite
 		}
 	case stateFailed:
@@ -719,7 +717,7 @@ func (c *Conn) Handle(events uint32, sink *selector.Sink) {
 		}
 		c.wmu.Unlock()
 	}
-	if !c.full.Load() {
+	if !c.hasQueued.Load() {
 		sink.Ready(r, selectionkey.OpWrite)
 	}
 }
