@@ -21,28 +21,17 @@ func (d *deadline) set(t time.Time) {
 		<-d.expired // the timer fired, or is firing: wait for the close
 	}
 	d.timer = nil
-	closed := d.expired != nil && isClosed(d.expired)
-	if t.IsZero() {
-		if closed || d.expired == nil {
-			d.expired = make(chan struct{})
-		}
-		return
-	}
-	dur := time.Until(t)
-	if dur <= 0 {
-		if d.expired == nil || !closed {
-			if d.expired == nil {
-				d.expired = make(chan struct{})
-			}
-			close(d.expired)
-		}
-		return
-	}
-	if closed || d.expired == nil {
+	if d.expired == nil || isClosed(d.expired) {
 		d.expired = make(chan struct{})
 	}
-	ch := d.expired
-	d.timer = time.AfterFunc(dur, func() { close(ch) })
+	switch dur := time.Until(t); {
+	case t.IsZero():
+	case dur > 0:
+		ch := d.expired
+		d.timer = time.AfterFunc(dur, func() { close(ch) })
+	default:
+		close(d.expired)
+	}
 }
 
 // wait returns a channel closed when the deadline passes.
