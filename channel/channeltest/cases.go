@@ -365,6 +365,39 @@ func receiveChecked(c channel.Conn, count, size int, tag uint64) <-chan error {
 	return done
 }
 
+// flushWhilePeerReads retries Flush on non-blocking c, whose peer is
+// reading, until it succeeds; ErrWouldBlock past deadline fails the test.
+func (e *env) flushWhilePeerReads(c channel.Conn, deadline time.Time) {
+	e.Helper()
+	for {
+		err := c.Flush()
+		if err == nil {
+			return
+		}
+		if !isWouldBlock(err) {
+			e.Fatalf("%s: Flush: %v", e.f.Name, err)
+		}
+		if time.Now().After(deadline) {
+			e.Fatalf("%s: Flush retried for %v while the peer reads still reports ErrWouldBlock", e.f.Name, patience)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// awaitReceived waits for a receiveChecked goroutine to get all count
+// messages.
+func (e *env) awaitReceived(done <-chan error, count int) {
+	e.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			e.Fatalf("%s: receiving: %v", e.f.Name, err)
+		}
+	case <-time.After(patience):
+		e.Fatalf("%s: the peer did not get all %d messages", e.f.Name, count)
+	}
+}
+
 // fillUp sends messages of the given size on non-blocking c, whose peer
 // does not read, until Send reports ErrWouldBlock. It returns how many
 // were sent and the refused buffer, still the caller's.
@@ -471,27 +504,8 @@ func testSendRetryWithoutSelector(e *env) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	for {
-		err := a.Flush()
-		if err == nil {
-			break
-		}
-		if !isWouldBlock(err) {
-			e.Fatalf("%s: Flush: %v", e.f.Name, err)
-		}
-		if time.Now().After(deadline) {
-			e.Fatalf("%s: Flush retried for %v while the peer reads still reports ErrWouldBlock", e.f.Name, patience)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			e.Fatalf("%s: receiving: %v", e.f.Name, err)
-		}
-	case <-time.After(patience):
-		e.Fatalf("%s: the peer did not get all %d messages", e.f.Name, total)
-	}
+	e.flushWhilePeerReads(a, deadline)
+	e.awaitReceived(done, total)
 }
 
 // testConnectAndAccept connects with OpConnect and FinishConnect, and
@@ -1150,28 +1164,9 @@ func testWritableAfterFlush(e *env) {
 	}
 	done := receiveChecked(b, sent, size, toServer)
 	deadline := time.Now().Add(patience)
-	for {
-		err := a.Flush()
-		if err == nil {
-			break
-		}
-		if !isWouldBlock(err) {
-			e.Fatalf("%s: Flush: %v", e.f.Name, err)
-		}
-		if time.Now().After(deadline) {
-			e.Fatalf("%s: Flush retried for %v while the peer reads still reports ErrWouldBlock", e.f.Name, patience)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	e.flushWhilePeerReads(a, deadline)
 	e.awaitKey(s, k, selectionkey.OpWrite)
-	select {
-	case err := <-done:
-		if err != nil {
-			e.Fatalf("%s: receiving: %v", e.f.Name, err)
-		}
-	case <-time.After(patience):
-		e.Fatalf("%s: the peer did not get all %d messages", e.f.Name, sent)
-	}
+	e.awaitReceived(done, sent)
 }
 
 // testBroadcast sends one buffer to several Conns, retained once per extra
