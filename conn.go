@@ -216,9 +216,14 @@ func (c *conn) Write(p []byte) (int, error) {
 		}
 		written += n
 	}
-	// net.Conn promises the bytes are written: wait for the queue to drain.
-	for {
+	// net.Conn promises the bytes are written: wait for the queue to
+	// drain. A writable channel has nothing queued, the common case, and
+	// needs no Flush.
+	for c.ch.ReadyOps()&selectionkey.OpWrite == 0 {
 		err := c.ch.Flush()
+		if err == nil {
+			break
+		}
 		if !errors.Is(err, errWouldBlock) {
 			return written, err
 		}
@@ -226,6 +231,7 @@ func (c *conn) Write(p []byte) (int, error) {
 			return written, err
 		}
 	}
+	return written, nil
 }
 
 // waitWritable asks the poller for OpWrite and waits for it.
