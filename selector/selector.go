@@ -26,6 +26,11 @@
 //	                     have arrived before notification was enabled, and
 //	                     the selector polls again instead of sleeping.
 //
+// A source that outlives a selector, such as a completion queue that
+// channels still use, also implements Closer: the selector's Close calls
+// SelectorClosed once for every source still added, after the last select
+// has returned, so the source can move elsewhere or release itself.
+//
 // Any goroutine can also report a key ready with Registration.Ready, for
 // readiness that no descriptor shows, such as a message already buffered in
 // user space; it wakes a sleeping selector.
@@ -74,6 +79,13 @@ type Poller interface {
 	Source
 	Poll(sink *Sink) bool
 	Arm() bool
+}
+
+// Closer is a source that wants to know when its selector closes; see the
+// package documentation.
+type Closer interface {
+	Source
+	SelectorClosed(s *Selector)
 }
 
 // Selectable is a channel that can be registered with a selector. Its
@@ -673,10 +685,19 @@ func (s *Selector) Close() error {
 	// number may be reused, and RemoveSource or ModifySource must not
 	// reach whatever has it then.
 	s.mu.Lock()
+	var closers []Closer
+	for _, e := range s.sources {
+		if c, ok := e.src.(Closer); ok {
+			closers = append(closers, c)
+		}
+	}
 	clear(s.sources)
 	s.pollers = nil
 	err := errors.Join(s.epfile.Close(), unix.Close(s.wakefd))
 	s.mu.Unlock()
+	for _, c := range closers {
+		c.SelectorClosed(s)
+	}
 	if err != nil {
 		return fmt.Errorf("selector: close: %w", err)
 	}
@@ -689,6 +710,9 @@ func (s *Selector) IsOpen() bool { return !s.closed.Load() }
 // A Sink collects the keys that sources find ready during a select. It is
 // only valid on the selecting goroutine, inside Handle and Poll.
 type Sink struct{ s *Selector }
+
+// Selector returns the selector that is selecting.
+func (k *Sink) Selector() *Selector { return k.s }
 
 // Ready reports r's key ready for ops; operations outside the key's
 // interest set, and keys that are canceled or of another selector, are

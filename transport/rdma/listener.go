@@ -1,0 +1,290 @@
+//go:build linux && cgo
+
+package rdma
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rubin-go/rubin/channel"
+	"github.com/rubin-go/rubin/selectionkey"
+	"github.com/rubin-go/rubin/selector"
+	"github.com/rubin-go/rubin/transport/rdma/internal/verbs"
+)
+
+// backlog bounds the connections a listener holds before Accept takes
+// them; requests beyond it are rejected.
+const backlog = 512
+
+// Listener accepts RDMA connections. It implements channel.Listener and
+// selector.Selectable. Connections accepted while it is registered with a
+// selector use that selector's completion queue.
+type Listener struct {
+	t        *Transport
+	cm       *cmEvents
+	id       verbs.ID
+	laddr    *net.TCPAddr
+	blocking atomic.Bool
+	reg      atomic.Pointer[selector.Registration]
+
+	mu         sync.Mutex // guards the fields below
+	closed     bool
+	pending    map[*Conn]struct{} // accepted, handshake not finished
+	ready      []*Conn            // connected, waiting for Accept
+	acceptWait chan struct{}
+}
+
+func (t *Transport) listen(laddr *net.TCPAddr) (*Listener, error) {
+	l := &Listener{t: t, pending: make(map[*Conn]struct{}), acceptWait: make(chan struct{}, 1)}
+	cm, err := newCMEvents(t, l)
+	if err != nil {
+		return nil, opError("listen", laddr, err)
+	}
+	l.cm = cm
+	host := ""
+	if laddr.IP != nil && !laddr.IP.IsUnspecified() {
+		host = laddr.IP.String()
+	}
+	if l.id, err = verbs.CreateID(cm.ch); err == nil {
+		err = l.id.Listen(host, laddr.Port, backlog)
+	}
+	if err == nil {
+		err = t.track(l)
+	}
+	if err != nil {
+		cm.mu.Lock()
+		cm.destroyLocked(l.id)
+		cm.mu.Unlock()
+		return nil, opError("listen", laddr, err)
+	}
+	l.laddr = l.id.LocalAddr()
+	if l.laddr == nil {
+		l.laddr = laddr
+	}
+	l.blocking.Store(true)
+	return l, nil
+}
+
+// handleEvent handles the listener's events: connect requests. Each new
+// connection gets its own event channel, a queue pair with its receives
+// posted, and an accept carrying our hello.
+func (l *Listener) handleEvent(ev *verbs.Event, sink *selector.Sink) {
+	if ev.Type != verbs.ConnectRequest {
+		return
+	}
+	id := ev.ID
+	l.mu.Lock()
+	full := l.closed || len(l.pending)+len(l.ready) >= backlog
+	l.mu.Unlock()
+	_, err := decodeHello(ev.Private)
+	if err != nil {
+		l.t.protoErrs.Add(1)
+	}
+	if full || err != nil {
+		_ = id.Reject()
+		_ = id.Destroy()
+		return
+	}
+	t := l.t
+	c, err := t.newConn(nil)
+	if err != nil {
+		_ = id.Reject()
+		_ = id.Destroy()
+		return
+	}
+	if err := id.Migrate(c.cm.ch); err != nil {
+		_ = id.Reject()
+		_ = id.Destroy()
+		c.teardown()
+		return
+	}
+	c.id = id
+	c.listener = l
+	var sel *selector.Selector
+	if r := l.reg.Load(); r != nil {
+		sel = r.Selector()
+	}
+	if err := c.setupQP(sel); err != nil {
+		_ = id.Reject()
+		c.teardown()
+		return
+	}
+	c.mu.Lock()
+	c.state = stateAccepting
+	c.peerHello = append([]byte(nil), ev.Private...)
+	c.mu.Unlock()
+	l.mu.Lock()
+	l.pending[c] = struct{}{}
+	l.mu.Unlock()
+	if err := id.Accept(c.hello().encode()); err != nil {
+		l.abandoned(c)
+		c.mu.Lock()
+		c.listener = nil
+		c.mu.Unlock()
+		c.teardown()
+	}
+}
+
+// established moves a connection whose handshake finished to the accept
+// queue.
+func (l *Listener) established(c *Conn) {
+	l.mu.Lock()
+	if _, ok := l.pending[c]; !ok || l.closed {
+		l.mu.Unlock()
+		go c.Close()
+		return
+	}
+	delete(l.pending, c)
+	l.ready = append(l.ready, c)
+	l.mu.Unlock()
+	notify(l.acceptWait)
+	if r := l.reg.Load(); r != nil {
+		r.Ready(selectionkey.OpAccept)
+	}
+}
+
+// abandoned forgets a connection that failed or closed before Accept.
+func (l *Listener) abandoned(c *Conn) {
+	l.mu.Lock()
+	delete(l.pending, c)
+	for i, r := range l.ready {
+		if r == c {
+			l.ready = append(l.ready[:i], l.ready[i+1:]...)
+			break
+		}
+	}
+	l.mu.Unlock()
+}
+
+// Accept implements channel.Listener. The connection is in blocking mode.
+func (l *Listener) Accept() (channel.Conn, error) {
+	c, err := l.AcceptRDMA()
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// AcceptRDMA is Accept returning the concrete type.
+func (l *Listener) AcceptRDMA() (*Conn, error) {
+	for {
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: l.laddr, Err: net.ErrClosed}
+		}
+		if len(l.ready) > 0 {
+			c := l.ready[0]
+			l.ready = l.ready[1:]
+			l.mu.Unlock()
+			c.mu.Lock()
+			c.listener = nil
+			c.finished = true
+			c.mu.Unlock()
+			c.blocking.Store(true)
+			return c, nil
+		}
+		l.mu.Unlock()
+		if !l.blocking.Load() {
+			return nil, channel.ErrWouldBlock
+		}
+		<-l.acceptWait
+	}
+}
+
+// Close implements channel.Channel; connections not yet accepted are
+// closed too.
+func (l *Listener) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	conns := l.ready
+	l.ready = nil
+	for c := range l.pending {
+		conns = append(conns, c)
+	}
+	clear(l.pending)
+	l.mu.Unlock()
+	notify(l.acceptWait)
+	if r := l.reg.Load(); r != nil {
+		r.Key().Cancel()
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	l.cm.mu.Lock()
+	l.cm.destroyLocked(l.id)
+	l.cm.mu.Unlock()
+	l.t.untrack(l)
+	return nil
+}
+
+// Addr returns the listening address.
+func (l *Listener) Addr() net.Addr { return l.laddr }
+
+// LocalAddr implements channel.Channel.
+func (l *Listener) LocalAddr() net.Addr { return l.laddr }
+
+// SetBlocking implements channel.Channel.
+func (l *Listener) SetBlocking(block bool) error {
+	if block && l.reg.Load() != nil {
+		return channel.ErrRegistered
+	}
+	l.blocking.Store(block)
+	return nil
+}
+
+// IsBlocking implements channel.Channel.
+func (l *Listener) IsBlocking() bool { return l.blocking.Load() }
+
+// ValidOps implements selector.Selectable.
+func (l *Listener) ValidOps() selectionkey.Ops { return selectionkey.OpAccept }
+
+// ReadyOps implements selector.Selectable.
+func (l *Listener) ReadyOps() selectionkey.Ops {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.ready) > 0 || l.closed {
+		return selectionkey.OpAccept
+	}
+	return 0
+}
+
+// Bind implements selector.Selectable.
+func (l *Listener) Bind(r *selector.Registration) error {
+	l.mu.Lock()
+	closed := l.closed
+	l.mu.Unlock()
+	if closed {
+		return &net.OpError{Op: "register", Net: "rdma", Addr: l.laddr, Err: net.ErrClosed}
+	}
+	if !l.reg.CompareAndSwap(nil, r) {
+		return errRegisteredTwice
+	}
+	if err := l.cm.moveTo(r.Selector()); err != nil {
+		l.reg.Store(nil)
+		return err
+	}
+	if ops := l.ReadyOps() & r.Key().Interest(); ops != 0 {
+		r.Ready(ops)
+	}
+	return nil
+}
+
+// InterestChanged implements selector.Selectable.
+func (l *Listener) InterestChanged(r *selector.Registration) {
+	if ops := l.ReadyOps() & r.Key().Interest(); ops != 0 {
+		r.Ready(ops)
+	}
+}
+
+// Unbind implements selector.Selectable.
+func (l *Listener) Unbind(r *selector.Registration) {
+	if l.reg.CompareAndSwap(r, nil) {
+		_ = l.cm.moveTo(nil)
+	}
+}

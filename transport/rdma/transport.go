@@ -1,0 +1,420 @@
+//go:build linux && cgo
+
+package rdma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rubin-go/rubin/bufpool"
+	"github.com/rubin-go/rubin/selector"
+	"github.com/rubin-go/rubin/transport/rdma/internal/verbs"
+)
+
+// A device is an RDMA device with the transport's protection domain on it.
+type device struct {
+	index int
+	ctx   verbs.Context
+	pd    verbs.PD
+}
+
+// A Transport makes RDMA channels that share a configuration, a registered
+// buffer pool, completion queues and counters. Its methods are safe for
+// concurrent use.
+type Transport struct {
+	cfg     Config
+	devices []*device
+	pool    *bufpool.Pool
+
+	// mrs[slab][device] is a slab's registration on each device.
+	mrMu sync.RWMutex
+	mrs  [][]verbs.MR
+
+	// home is the transport's own selector, selected by a goroutine of its
+	// own, for completion queues and event channels of channels that no
+	// selector of the application serves.
+	home     *selector.Selector
+	homeDone chan struct{}
+
+	mu      sync.Mutex // guards the fields below
+	engines map[engineKey]*engine
+	chans   map[closer]struct{} // open channels, closed by Close
+	closed  bool
+
+	msgsIn, msgsOut, bytesIn, bytesOut atomic.Uint64
+	opened, closedConns, protoErrs     atomic.Uint64
+}
+
+type engineKey struct {
+	sel *selector.Selector
+	dev *device
+}
+
+// closer is a channel the transport closes when it closes.
+type closer interface{ Close() error }
+
+// New opens the RDMA devices and returns a transport configured by cfg. It
+// fails with ErrNoDevice if there is none.
+func New(cfg Config) (*Transport, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	ctxs, err := verbs.Devices()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoDevice, err)
+	}
+	if len(ctxs) == 0 {
+		return nil, ErrNoDevice
+	}
+	t := &Transport{cfg: cfg, engines: make(map[engineKey]*engine), chans: make(map[closer]struct{})}
+	for i, ctx := range ctxs {
+		pd, err := verbs.AllocPD(ctx)
+		if err != nil {
+			t.releaseDevices()
+			return nil, fmt.Errorf("rdma: device %s: %w", ctx.Name(), err)
+		}
+		t.devices = append(t.devices, &device{index: i, ctx: ctx, pd: pd})
+	}
+	t.pool, err = bufpool.New(bufpool.Config{BufferSize: cfg.MaxMessageSize, MaxBuffers: cfg.MaxBuffers, Registrar: registrar{t}})
+	if err != nil {
+		t.releaseDevices()
+		return nil, err
+	}
+	t.home, err = selector.New(selector.Config{SpinBudget: cfg.SpinBudget})
+	if err != nil {
+		t.pool.Close()
+		t.releaseDevices()
+		return nil, err
+	}
+	t.homeDone = make(chan struct{})
+	go t.runHome()
+	return t, nil
+}
+
+func (t *Transport) runHome() {
+	defer close(t.homeDone)
+	for {
+		if _, err := t.home.Select(); err != nil {
+			return
+		}
+	}
+}
+
+func (t *Transport) releaseDevices() {
+	for _, d := range t.devices {
+		_ = d.pd.Dealloc()
+	}
+	t.devices = nil
+}
+
+// registrar registers every slab of the pool on every device, for local
+// access only.
+type registrar struct{ t *Transport }
+
+func (r registrar) Register(slab []byte) (uint64, error) {
+	t := r.t
+	mrs := make([]verbs.MR, 0, len(t.devices))
+	for _, d := range t.devices {
+		mr, err := verbs.RegMR(d.pd, slab)
+		if err != nil {
+			for _, m := range mrs {
+				_ = m.Dereg()
+			}
+			return 0, fmt.Errorf("rdma: registering %d bytes on %s: %w", len(slab), d.ctx.Name(), err)
+		}
+		mrs = append(mrs, mr)
+	}
+	t.mrMu.Lock()
+	defer t.mrMu.Unlock()
+	t.mrs = append(t.mrs, mrs)
+	// The handle carries the slab's index and, for the speed of the
+	// common single-device case, its local key on the first device.
+	return uint64(len(t.mrs)-1)<<32 | uint64(mrs[0].LKey()), nil
+}
+
+func (r registrar) Deregister(handle uint64) {
+	t := r.t
+	t.mrMu.Lock()
+	mrs := t.mrs[handle>>32]
+	t.mrs[handle>>32] = nil
+	t.mrMu.Unlock()
+	for _, m := range mrs {
+		_ = m.Dereg()
+	}
+}
+
+// lkey is the local key of buf's memory on dev.
+func (t *Transport) lkey(buf *bufpool.Buffer, dev *device) uint32 {
+	h := buf.Handle()
+	if dev.index == 0 {
+		return uint32(h)
+	}
+	t.mrMu.RLock()
+	defer t.mrMu.RUnlock()
+	return t.mrs[h>>32][dev.index].LKey()
+}
+
+// deviceOf finds the device an ID resolved to.
+func (t *Transport) deviceOf(id verbs.ID) (*device, error) {
+	ctx := id.Context()
+	for _, d := range t.devices {
+		if d.ctx == ctx {
+			return d, nil
+		}
+	}
+	return nil, fmt.Errorf("rdma: address resolved to device %s, which the transport did not open", ctx.Name())
+}
+
+// engineFor returns the completion queue of sel (the home selector if nil)
+// on dev, creating it, with one reference taken for a queue pair.
+func (t *Transport) engineFor(sel *selector.Selector, dev *device) (*engine, error) {
+	if sel == nil || !sel.IsOpen() {
+		sel = t.home
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, errTransportClosed
+	}
+	key := engineKey{sel, dev}
+	e := t.engines[key]
+	if e == nil {
+		var err error
+		e, err = newEngine(t, dev, sel)
+		if err != nil {
+			return nil, err
+		}
+		t.engines[key] = e
+	}
+	e.refs++
+	return e, nil
+}
+
+// engineMoved re-keys e after it moved to the home selector.
+func (t *Transport) engineMoved(e *engine, from *selector.Selector) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.engines[engineKey{from, e.dev}] == e {
+		delete(t.engines, engineKey{from, e.dev})
+	}
+	if old := t.engines[engineKey{t.home, e.dev}]; old == nil {
+		t.engines[engineKey{t.home, e.dev}] = e
+	}
+}
+
+// engineDone drops a queue pair's reference to e and destroys e when no
+// queue pair uses it and its selector is gone.
+func (t *Transport) engineDone(e *engine) {
+	t.mu.Lock()
+	e.refs--
+	destroy := e.refs == 0 && e.orphan
+	if destroy {
+		for k, v := range t.engines {
+			if v == e {
+				delete(t.engines, k)
+			}
+		}
+	}
+	t.mu.Unlock()
+	if destroy {
+		e.kill() // its selecting goroutine destroys it, maybe after this dispatch
+	}
+}
+
+var errTransportClosed = fmt.Errorf("rdma: transport %w", net.ErrClosed)
+
+func (t *Transport) track(c closer) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return errTransportClosed
+	}
+	t.chans[c] = struct{}{}
+	return nil
+}
+
+func (t *Transport) untrack(c closer) {
+	t.mu.Lock()
+	delete(t.chans, c)
+	t.mu.Unlock()
+}
+
+// Pool returns the transport's registered buffer pool: buffers taken from
+// it are sent without a copy.
+func (t *Transport) Pool() *bufpool.Pool { return t.pool }
+
+// MaxMessageSize returns the largest message the transport's channels carry.
+func (t *Transport) MaxMessageSize() int { return t.cfg.MaxMessageSize }
+
+// Devices names the RDMA devices the transport uses.
+func (t *Transport) Devices() []string {
+	names := make([]string, len(t.devices))
+	for i, d := range t.devices {
+		names[i] = d.ctx.Name()
+	}
+	return names
+}
+
+// Stats returns the transport's counters.
+func (t *Transport) Stats() Stats {
+	return Stats{
+		MessagesIn:     t.msgsIn.Load(),
+		MessagesOut:    t.msgsOut.Load(),
+		BytesIn:        t.bytesIn.Load(),
+		BytesOut:       t.bytesOut.Load(),
+		ConnsOpened:    t.opened.Load(),
+		ConnsClosed:    t.closedConns.Load(),
+		ProtocolErrors: t.protoErrs.Load(),
+	}
+}
+
+// Resources counts the verbs and connection-manager objects the transport
+// holds now, for tests that check they are all released.
+type Resources struct {
+	QueuePairs       int // connections with a queue pair
+	CompletionQueues int
+	EventChannels    int // one per listener and connection
+}
+
+var liveQPs, liveCQs, liveEventChannels atomic.Int64
+
+// Resources reports the objects held now by every transport of the process.
+func (t *Transport) Resources() Resources {
+	return Resources{
+		QueuePairs:       int(liveQPs.Load()),
+		CompletionQueues: int(liveCQs.Load()),
+		EventChannels:    int(liveEventChannels.Load()),
+	}
+}
+
+// Close closes every channel the transport made, waits up to Linger for
+// them to release their queue pairs, and releases the transport's
+// completion queues, its poller and, once every buffer is back, its pool
+// and memory registrations.
+func (t *Transport) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	chans := make([]closer, 0, len(t.chans))
+	for c := range t.chans {
+		chans = append(chans, c)
+	}
+	t.mu.Unlock()
+	for _, c := range chans {
+		c.Close()
+	}
+	deadline := time.Now().Add(t.cfg.Linger + time.Second)
+	for {
+		t.mu.Lock()
+		n := len(t.chans)
+		t.mu.Unlock()
+		if n == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.home.Close()
+	<-t.homeDone
+	t.mu.Lock()
+	engines := make([]*engine, 0, len(t.engines))
+	for _, e := range t.engines {
+		engines = append(engines, e)
+	}
+	clear(t.engines)
+	t.mu.Unlock()
+	for _, e := range engines {
+		e.destroy()
+	}
+	err := t.pool.Close()
+	t.releaseDevices()
+	return err
+}
+
+// Dial connects to address in blocking mode, giving up when ctx is done or
+// after ConnectTimeout.
+func (t *Transport) Dial(ctx context.Context, address string) (*Conn, error) {
+	c, err := t.Connect(ctx, address)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.awaitConnect(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.blocking.Store(true)
+	return c, nil
+}
+
+// Connect starts connecting to address and returns a Conn in non-blocking
+// mode whose connect is pending: register it for OpConnect and call
+// FinishConnect. A Conn registered before its route is resolved uses the
+// completion queue of its selector. ctx bounds only the name resolution.
+func (t *Transport) Connect(ctx context.Context, address string) (*Conn, error) {
+	raddr, err := resolve(ctx, "dial", address)
+	if err != nil {
+		return nil, err
+	}
+	return t.connect(raddr)
+}
+
+// Listen listens on address, in blocking mode. The address must be one of
+// an RDMA device (or unspecified: every device).
+func (t *Transport) Listen(ctx context.Context, address string) (*Listener, error) {
+	laddr, err := resolve(ctx, "listen", address)
+	if err != nil {
+		return nil, err
+	}
+	return t.listen(laddr)
+}
+
+func resolve(ctx context.Context, op, address string) (*net.TCPAddr, error) {
+	host, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, &net.OpError{Op: op, Net: "rdma", Err: err}
+	}
+	portNum, err := strconv.Atoi(port)
+	if err != nil || portNum < 0 || portNum > 65535 {
+		if portNum, err = net.DefaultResolver.LookupPort(ctx, "tcp", port); err != nil {
+			return nil, &net.OpError{Op: op, Net: "rdma", Err: err}
+		}
+	}
+	if host == "" {
+		return &net.TCPAddr{Port: portNum}, nil
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		return &net.TCPAddr{IP: ip, Port: portNum}, nil
+	}
+	ips, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+	if err != nil {
+		return nil, &net.OpError{Op: op, Net: "rdma", Err: err}
+	}
+	best := ips[0]
+	for _, ip := range ips {
+		if ip.IP.To4() != nil {
+			best = ip
+			break
+		}
+	}
+	return &net.TCPAddr{IP: best.IP, Port: portNum}, nil
+}
+
+// opError wraps an error the way package net does.
+func opError(op string, addr net.Addr, err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		return err
+	}
+	if addr == nil {
+		return &net.OpError{Op: op, Net: "rdma", Err: err}
+	}
+	return &net.OpError{Op: op, Net: "rdma", Addr: addr, Err: err}
+}
