@@ -13,6 +13,16 @@ repo_root=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
 # taskset (util-linux) for pinned benchmarks, CA certificates for the Go
 # module proxy.
 apt_packages=(gcc libc6-dev util-linux ca-certificates)
+# RDMA: the rdma-core headers and libraries the RDMA transport links through
+# cgo, which every build of the module needs; and what scripts/rdmavm.sh
+# needs to run the RDMA tests in a virtual machine with a Soft-RoCE device,
+# on machines without RDMA hardware or kernel support: qemu, a Debian kernel
+# with rdma_rxe, a static busybox for its initramfs, the tools it sets the
+# device up with, rdma-core's userspace and its rxe provider, and the verbs,
+# perftest and rdma_cm tools to look at the device or measure it by hand.
+apt_packages+=(libibverbs-dev librdmacm-dev
+	qemu-system-x86 linux-image-amd64 busybox-static kmod iproute2 cpio xz-utils procps
+	rdma-core ibverbs-utils ibverbs-providers perftest rdmacm-utils)
 
 # section prints a header for the next step.
 section() {
@@ -41,7 +51,7 @@ as_root() {
 # ensure_packages installs those of apt_packages that are missing.
 ensure_packages() {
 	if ! command -v dpkg-query >/dev/null 2>&1; then
-		echo "not a Debian system: make sure gcc and taskset are installed"
+		echo "not a Debian system: install the equivalents of these Debian packages: ${apt_packages[*]}"
 		return 0
 	fi
 	local missing=() pkg

@@ -5,10 +5,12 @@
 #   scripts/test.sh [-fuzztime COUNTx|DURATION]
 #
 # It installs what it needs (see scripts/lib.sh), then runs: go mod download,
-# a go.mod tidiness check, gofmt, go vet, staticcheck, go test -race, a short
-# fuzz pass over every Fuzz target, and a quick pass of the echo benchmark
-# runner. Every check runs even if an earlier one fails; the exit status is
-# nonzero if any failed.
+# a go.mod tidiness check, gofmt, go vet, staticcheck, go test -race, the
+# RDMA tests in a throw-away virtual machine with a Soft-RoCE device
+# (scripts/rdma-test.sh; no RDMA hardware needed), a short fuzz pass over
+# every Fuzz target, and a quick pass of the echo benchmark runner. Every
+# check runs even if an earlier one fails; the exit status is nonzero if any
+# failed.
 set -euo pipefail
 
 # staticcheck_version is the staticcheck release used; v0.8.x supports Go 1.26.
@@ -96,6 +98,7 @@ check "gofmt" gofmt_check
 check "go vet" go vet ./...
 check "staticcheck $staticcheck_version" go run "honnef.co/go/tools/cmd/staticcheck@$staticcheck_version" ./...
 check "go test -race" go test -race -count=1 ./...
+check "RDMA tests in a Soft-RoCE VM" bash scripts/rdma-test.sh
 check "fuzz ($fuzztime per target)" fuzz
 check "echo benchmark, quick" go run ./benchmarks/echobench -quick
 
