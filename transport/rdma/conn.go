@@ -31,10 +31,6 @@ const (
 	stateFailed             // the connect failed: connErr
 )
 
-// ctrlCredits is how many credit updates each side may have in flight; one
-// is enough (docs/rdma.md explains why no update then ever waits forever).
-const ctrlCredits = 1
-
 var errRegisteredTwice = errors.New("rdma: channel already registered with a selector")
 
 // Conn is an RDMA connection: a reliable-connected queue pair carrying
@@ -132,6 +128,13 @@ func (t *Transport) connect(raddr *net.TCPAddr) (*Conn, error) {
 	if err != nil {
 		return nil, opError("dial", raddr, err)
 	}
+	// The state is stateAddr from here on, until the events that follow
+	// ResolveAddr, which may be handled before it returns, move it on.
+	c.mu.Lock()
+	c.connTimer = time.AfterFunc(t.cfg.ConnectTimeout, func() {
+		c.connectFailed(syscall.ETIMEDOUT, nil)
+	})
+	c.mu.Unlock()
 	if c.id, err = verbs.CreateID(c.cm.ch); err == nil {
 		host := ""
 		if raddr.IP != nil {
@@ -143,12 +146,6 @@ func (t *Transport) connect(raddr *net.TCPAddr) (*Conn, error) {
 		c.teardown()
 		return nil, opError("dial", raddr, err)
 	}
-	c.mu.Lock()
-	c.state = stateAddr
-	c.connTimer = time.AfterFunc(t.cfg.ConnectTimeout, func() {
-		c.connectFailed(syscall.ETIMEDOUT, nil)
-	})
-	c.mu.Unlock()
 	return c, nil
 }
 
@@ -233,7 +230,7 @@ func (c *Conn) setupQP(sel *selector.Selector) error {
 	cfg := t.cfg
 	recvWR := cfg.RecvDepth + ctrlCredits
 	t.mu.Lock()
-	ok := e.reserve(cfg.SendDepth + recvWR)
+	ok := e.reserve(cfg.cqEntries())
 	t.mu.Unlock()
 	if !ok {
 		t.engineDone(e)
@@ -241,7 +238,7 @@ func (c *Conn) setupQP(sel *selector.Selector) error {
 	}
 	undo := func() {
 		t.mu.Lock()
-		e.cqeUsed -= cfg.SendDepth + recvWR
+		e.cqeUsed -= cfg.cqEntries()
 		t.mu.Unlock()
 		t.engineDone(e)
 	}
@@ -1198,7 +1195,7 @@ func (c *Conn) teardown() {
 	}
 	if e != nil {
 		c.t.mu.Lock()
-		e.cqeUsed -= c.t.cfg.SendDepth + c.t.cfg.RecvDepth + ctrlCredits
+		e.cqeUsed -= c.t.cfg.cqEntries()
 		c.t.mu.Unlock()
 		c.t.engineDone(e)
 	}

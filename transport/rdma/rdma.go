@@ -159,5 +159,14 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
+// cqEntries is how many completion-queue entries one queue pair needs: a
+// shared receive queue's are counted once for the whole queue.
+func (c *Config) cqEntries() int {
+	if c.SharedReceiveQueue {
+		return c.SendDepth
+	}
+	return c.SendDepth + c.RecvDepth + ctrlCredits
+}
+
 // Stats counts a transport's traffic since it was created.
 type Stats = channel.Stats

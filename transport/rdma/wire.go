@@ -37,6 +37,10 @@ const (
 	maxCtrlGrant = immCtrlMask
 )
 
+// ctrlCredits is how many credit updates each side may have in flight; one
+// is enough (docs/rdma.md explains why no update then waits forever).
+const ctrlCredits = 1
+
 // imm describes one message's immediate data.
 type imm struct {
 	credits int  // data credits granted

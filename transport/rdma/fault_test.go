@@ -1,0 +1,384 @@
+//go:build linux && cgo
+
+package rdma
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rubin-go/rubin/channel"
+	"github.com/rubin-go/rubin/internal/rdmatest"
+	"github.com/rubin-go/rubin/selectionkey"
+	"github.com/rubin-go/rubin/selector"
+)
+
+// pair connects a client and a server conn over tr, both blocking.
+func pair(t *testing.T, tr *Transport, addr string) (client, server *Conn) {
+	t.Helper()
+	l, err := tr.Listen(context.Background(), net.JoinHostPort(addr, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan *Conn, 1)
+	go func() {
+		c, err := l.AcceptRDMA()
+		if err != nil {
+			t.Error(err)
+		}
+		accepted <- c
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	client, err = tr.Dial(ctx, l.Addr().String())
+	if err != nil {
+		t.Fatalf("%v\n%s", err, tr.dumpState())
+	}
+	server = <-accepted
+	if server == nil {
+		t.FailNow()
+	}
+	t.Cleanup(func() { client.Close(); server.Close() })
+	return client, server
+}
+
+func send(t *testing.T, c *Conn, payload []byte) error {
+	t.Helper()
+	b, err := c.Pool().Get(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Write(payload)
+	return c.Send(b)
+}
+
+func receive(t *testing.T, c *Conn) []byte {
+	t.Helper()
+	b, err := c.Receive()
+	if err != nil {
+		t.Fatalf("Receive: %v", err)
+	}
+	defer b.Release()
+	return append([]byte(nil), b.Bytes()...)
+}
+
+// TestSlowReaderPushesBack: a peer that does not read stops its sender
+// once the credits and the send queue are used up, without an error, and
+// everything arrives, in order, once it reads.
+func TestSlowReaderPushesBack(t *testing.T) {
+	tr, addr := newTransport(t, Config{RecvDepth: 4, SendQueue: 64 << 10, MaxMessageSize: 4 << 10})
+	client, server := pair(t, tr, addr)
+	client.SetBlocking(false)
+	payload := bytes.Repeat([]byte{'x'}, 1000)
+	sent := 0
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		b, _ := client.Pool().Get(context.Background())
+		b.Write(payload)
+		b.Bytes()[0] = byte(sent)
+		err := client.Send(b)
+		if errors.Is(err, channel.ErrWouldBlock) {
+			b.Release()
+			break
+		}
+		if err != nil {
+			t.Fatalf("Send %d: %v", sent, err)
+		}
+		sent++
+	}
+	if sent < 4 || sent > 4+64+1 {
+		t.Fatalf("sent %d messages before ErrWouldBlock; want the credits (4) plus a 64 KiB queue", sent)
+	}
+	time.Sleep(100 * time.Millisecond)
+	server.mu.Lock()
+	inbox := server.inbox.len()
+	server.mu.Unlock()
+	if inbox > 4 {
+		t.Errorf("the non-reading side holds %d messages; credits allow 4", inbox)
+	}
+	client.SetBlocking(true)
+	go client.Flush()
+	for i := range sent {
+		if got := receive(t, server); got[0] != byte(i) || len(got) != len(payload) {
+			t.Fatalf("message %d: got %d bytes starting %d", i, len(got), got[0])
+		}
+	}
+	if err := send(t, client, []byte("still alive")); err != nil {
+		t.Fatal(err)
+	}
+	if got := receive(t, server); string(got) != "still alive" {
+		t.Fatalf("got %q", got)
+	}
+}
+
+// TestBrokenQueuePairClosesOnlyItsConn: a message larger than the
+// receiver's buffers breaks the receiving queue pair (the sender is
+// forced past its own check); that connection reports the completion
+// status, and another one on the same completion queue carries on.
+func TestBrokenQueuePairClosesOnlyItsConn(t *testing.T) {
+	tr, addr := newTransport(t, Config{MaxMessageSize: 4 << 10})
+	bigTr, _ := newTransport(t, Config{MaxMessageSize: 8 << 10})
+	l, err := tr.Listen(context.Background(), net.JoinHostPort(addr, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	go func() {
+		if c, err := bigTr.Dial(ctx, l.Addr().String()); err == nil {
+			t.Cleanup(func() { c.Close() })
+			c.mu.Lock()
+			c.max = 8 << 10 // pretend the peer accepts it
+			c.mu.Unlock()
+			send(t, c, make([]byte, 6<<10))
+		}
+	}()
+	bad, err := l.AcceptRDMA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	good, err := tr.Dial(ctx, l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer good.Close()
+	goodServer, err := l.AcceptRDMA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer goodServer.Close()
+	_, err = bad.Receive()
+	if err == nil || !strings.Contains(err.Error(), "completion") {
+		t.Fatalf("Receive on the broken conn = %v; want the completion's error", err)
+	}
+	t.Logf("broken conn: %v", err)
+	if err := send(t, good, []byte("fine")); err != nil {
+		t.Fatal(err)
+	}
+	if got := receive(t, goodServer); string(got) != "fine" {
+		t.Fatalf("got %q", got)
+	}
+}
+
+// TestPeerCrash: a peer process killed in the middle of a stream is seen
+// as the end of the stream after what arrived, and leaves other
+// connections alone.
+func TestPeerCrash(t *testing.T) {
+	if os.Getenv("RUBIN_RDMA_CRASH_PEER") != "" {
+		crashPeer()
+		return
+	}
+	tr, addr := newTransport(t, Config{})
+	l, err := tr.Listen(context.Background(), net.JoinHostPort(addr, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPeerCrash$")
+	cmd.Env = append(os.Environ(), "RUBIN_RDMA_CRASH_PEER="+l.Addr().String())
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	crashed, err := l.AcceptRDMA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer crashed.Close()
+	healthyClient, healthy := pair(t, tr, addr)
+	for i := range 10 {
+		if got := receive(t, crashed); len(got) != 1000 {
+			t.Fatalf("message %d: %d bytes", i, len(got))
+		}
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, err := crashed.Receive()
+		if err == nil {
+			b.Release()
+			continue
+		}
+		if err != io.EOF {
+			t.Fatalf("Receive after the peer died = %v; want io.EOF", err)
+		}
+		break
+	}
+	if time.Now().After(deadline) {
+		t.Fatal("the peer's death took too long to notice")
+	}
+	if err := send(t, healthyClient, []byte("ok")); err != nil {
+		t.Fatal(err)
+	}
+	if got := receive(t, healthy); string(got) != "ok" {
+		t.Fatalf("healthy conn got %q", got)
+	}
+}
+
+// crashPeer is the process TestPeerCrash kills: it streams messages until
+// it dies.
+func crashPeer() {
+	tr, err := New(Config{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	c, err := tr.Dial(context.Background(), os.Getenv("RUBIN_RDMA_CRASH_PEER"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	for {
+		b, _ := c.Pool().Get(context.Background())
+		b.Write(make([]byte, 1000))
+		if c.Send(b) != nil {
+			os.Exit(0)
+		}
+	}
+}
+
+// TestManyConnections serves 256 connections from one selector over a
+// shared receive queue, then checks that every queue pair, completion
+// queue and event channel is released.
+func TestManyConnections(t *testing.T) {
+	const conns = 256
+	addr := rdmatest.Addr(t)
+	before := (&Transport{}).Resources()
+	cfg := Config{SharedReceiveQueue: true, SRQSize: 1024, PeerCredits: 4, MaxMessageSize: 4 << 10, SendDepth: 16, SignalEvery: 4}
+	server, _ := newTransport(t, cfg)
+	client, _ := newTransport(t, cfg)
+	l, err := server.Listen(context.Background(), net.JoinHostPort(addr, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sel, err := selector.New(selector.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetBlocking(false)
+	if _, err := sel.Register(l, selectionkey.OpAccept, nil); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	served := make(chan error, 1)
+	go func() { served <- echoLoop(sel, l, stop) }()
+
+	var wg sync.WaitGroup
+	errs := make(chan error, conns)
+	for i := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			c, err := client.Dial(ctx, l.Addr().String())
+			if err != nil {
+				errs <- fmt.Errorf("conn %d: %w", i, err)
+				return
+			}
+			defer c.Close()
+			for j := range 4 {
+				msg := fmt.Sprintf("conn %d message %d", i, j)
+				if err := send(t, c, []byte(msg)); err != nil {
+					errs <- err
+					return
+				}
+				b, err := c.Receive()
+				if err != nil {
+					errs <- fmt.Errorf("conn %d: %w", i, err)
+					return
+				}
+				if got := string(b.Bytes()); got != msg {
+					errs <- fmt.Errorf("conn %d: echoed %q, want %q", i, got, msg)
+				}
+				b.Release()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := len(sel.Keys()); n < 1 {
+		t.Errorf("selector has %d keys", n)
+	}
+	close(stop)
+	sel.Wakeup()
+	if err := <-served; err != nil {
+		t.Error(err)
+	}
+	for _, k := range sel.Keys() {
+		k.Channel().Close()
+	}
+	sel.Close()
+	client.Close()
+	server.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for server.Resources() != before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := server.Resources(); got != before {
+		t.Errorf("resources after closing everything: %+v; before: %+v", got, before)
+	}
+}
+
+// echoLoop echoes every message on every connection l accepts, on one
+// selector, until stop is closed.
+func echoLoop(sel *selector.Selector, l *Listener, stop chan struct{}) error {
+	for {
+		select {
+		case <-stop:
+			return nil
+		default:
+		}
+		if _, err := sel.SelectTimeout(100 * time.Millisecond); err != nil {
+			return err
+		}
+		for _, k := range sel.SelectedKeys() {
+			if k.IsAcceptable() {
+				for {
+					c, err := l.AcceptRDMA()
+					if err != nil {
+						break
+					}
+					c.SetBlocking(false)
+					if _, err := sel.Register(c, selectionkey.OpRead, nil); err != nil {
+						return err
+					}
+				}
+				continue
+			}
+			c := k.Channel().(*Conn)
+			for {
+				b, err := c.Receive()
+				if errors.Is(err, channel.ErrWouldBlock) {
+					break
+				}
+				if err != nil {
+					c.Close()
+					break
+				}
+				if err := c.Send(b); err != nil {
+					if errors.Is(err, channel.ErrWouldBlock) {
+						b.Release()
+					}
+					c.Close()
+					break
+				}
+			}
+		}
+	}
+}
