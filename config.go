@@ -6,26 +6,34 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/rubin-go/rubin/bufpool"
+	"github.com/rubin-go/rubin/channel"
 	"github.com/rubin-go/rubin/metrics"
 	"github.com/rubin-go/rubin/selector"
-	"github.com/rubin-go/rubin/transport/tcp"
 )
 
 // Networks lists the transports Listen and Dial accept.
-var networks = []string{"tcp"}
+var networks = []string{"tcp", "rdma"}
 
 // Config selects and tunes a transport. The zero value means TCP with
 // defaults. Configs are values: two equal Configs share one stack of
 // poller goroutines, buffer pool and counters, created on first use.
+//
+// The "rdma" transport (package rdma) needs Linux, cgo with rdma-core and
+// an RDMA device; where it has none, Listen, Dial, Stats and AddMetrics
+// fail with a *net.OpError wrapping rdma.ErrNotSupported or
+// rdma.ErrNoDevice. Its connections use the completion queue of the
+// poller that serves them.
 type Config struct {
-	// Transport is the network: "tcp". Default "tcp".
+	// Transport is the network: "tcp" or "rdma". Default "tcp".
 	Transport string
 	// MaxMessageSize bounds one message; longer writes are split. Default
-	// bufpool.DefaultBufferSize.
+	// bufpool.DefaultBufferSize for TCP, rdma.DefaultMaxMessageSize for
+	// RDMA.
 	MaxMessageSize int
 	// SpinBudget is how long a poller polls before it sleeps; see
 	// selector.Config. Default 0.
@@ -88,7 +96,7 @@ func (c *Config) AddMetrics(m *metrics.Collector, name string) error {
 
 // Stats gathers the counters of a stack's parts.
 type Stats struct {
-	Transport tcp.Stats
+	Transport channel.Stats
 	Pool      bufpool.Stats
 	Selectors []selector.Stats
 }
@@ -107,7 +115,7 @@ func (c *Config) stack(op, address string) (*stack, error) {
 	if cfg.Pollers <= 0 {
 		cfg.Pollers = runtime.GOMAXPROCS(0)
 	}
-	if cfg.Transport != "tcp" {
+	if !slices.Contains(networks, cfg.Transport) {
 		return nil, &net.OpError{Op: op, Net: cfg.Transport, Err: fmt.Errorf("%w (networks: %v)", net.UnknownNetworkError(cfg.Transport), networks)}
 	}
 	stacksMu.Lock()

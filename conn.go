@@ -13,7 +13,6 @@ import (
 	"github.com/rubin-go/rubin/bufpool"
 	"github.com/rubin-go/rubin/channel"
 	"github.com/rubin-go/rubin/selectionkey"
-	"github.com/rubin-go/rubin/transport/tcp"
 )
 
 // inboxSize is how many received messages wait for a reader before the
@@ -27,11 +26,12 @@ var errWouldBlock = channel.ErrWouldBlock
 // goroutine and waits for the poller only when the channel is full.
 type conn struct {
 	s   *stack
-	ch  *tcp.Conn
+	ch  chanConn
 	key *selectionkey.Key
 
-	done   chan struct{} // closed by Close
-	closed atomic.Bool
+	done        chan struct{} // closed by Close
+	closed      atomic.Bool
+	connectable chan struct{} // OpConnect seen, while dialing
 
 	// Filled by the poller, drained by Read; guarded by mu.
 	mu     sync.Mutex
@@ -54,13 +54,14 @@ type conn struct {
 	wdl      deadline
 }
 
-func newConn(s *stack, ch *tcp.Conn) *conn {
+func newConn(s *stack, ch chanConn) *conn {
 	return &conn{
-		s:        s,
-		ch:       ch,
-		done:     make(chan struct{}),
-		readable: make(chan struct{}, 1),
-		writable: make(chan struct{}, 1),
+		s:           s,
+		ch:          ch,
+		done:        make(chan struct{}),
+		connectable: make(chan struct{}, 1),
+		readable:    make(chan struct{}, 1),
+		writable:    make(chan struct{}, 1),
 	}
 }
 
@@ -68,12 +69,41 @@ func newConn(s *stack, ch *tcp.Conn) *conn {
 // Register may not have returned yet).
 func (c *conn) ready(k *selectionkey.Key) {
 	ops := k.Ready()
+	if ops&selectionkey.OpConnect != 0 {
+		_ = k.RemoveInterest(selectionkey.OpConnect)
+		notify(c.connectable)
+	}
 	if ops&selectionkey.OpRead != 0 {
 		c.pump(k)
 	}
 	if ops&selectionkey.OpWrite != 0 {
 		_ = k.RemoveInterest(selectionkey.OpWrite)
 		notify(c.writable)
+	}
+}
+
+// awaitConnect waits for a pending connect to complete, or ctx to be
+// done, and then has the poller read the connection.
+func (c *conn) awaitConnect(ctx context.Context) error {
+	for {
+		done, err := c.ch.FinishConnect()
+		if err != nil {
+			return err
+		}
+		if done {
+			if err := c.key.SetInterest(selectionkey.OpRead); err != nil {
+				return c.opError("dial", net.ErrClosed)
+			}
+			return nil
+		}
+		if err := c.key.AddInterest(selectionkey.OpConnect); err != nil {
+			return c.opError("dial", net.ErrClosed)
+		}
+		select {
+		case <-c.connectable:
+		case <-ctx.Done():
+			return &net.OpError{Op: "dial", Net: c.s.cfg.Transport, Addr: c.ch.RemoteAddr(), Err: ctx.Err()}
+		}
 	}
 }
 

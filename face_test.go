@@ -10,11 +10,25 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/rubin-go/rubin"
+	"github.com/rubin-go/rubin/metrics"
+	"github.com/rubin-go/rubin/transport/rdma"
 )
 
 func TestEchoSmoke(t *testing.T) {
-	ln, err := rubin.Listen("tcp", "127.0.0.1:0")
+	testEchoSmoke(t, "tcp")
+}
+
+// TestEchoSmokeRDMA is TestEchoSmoke over RDMA; its largest write is
+// split into several messages.
+func TestEchoSmokeRDMA(t *testing.T) {
+	testEchoSmoke(t, "rdma")
+}
+
+func testEchoSmoke(t *testing.T, network string) {
+	ln, err := rubin.Listen(network, testAddr(t, network))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +45,7 @@ func TestEchoSmoke(t *testing.T) {
 			}()
 		}
 	}()
-	c, err := rubin.Dial("tcp", ln.Addr().String())
+	c, err := rubin.Dial(network, ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,6 +71,76 @@ func TestEchoSmoke(t *testing.T) {
 	var ne net.Error
 	if !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("not a timeout: %v", err)
+	}
+}
+
+// TestStatsRDMA checks that an RDMA stack counts its connections and
+// messages, and exports them as metrics.
+func TestStatsRDMA(t *testing.T) {
+	address := testAddr(t, "rdma")
+	cfg := rubin.Config{Transport: "rdma", MaxMessageSize: 64 << 10, Pollers: 2} // a stack of its own
+	ctx := context.Background()
+	ln, err := cfg.Listen(ctx, address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	c, err := cfg.Dial(ctx, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	peer := <-accepted
+	defer peer.Close()
+	p := bytes.Repeat([]byte{7}, 100<<10) // two messages
+	if _, err := c.Write(p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(peer, make([]byte, len(p))); err != nil {
+		t.Fatal(err)
+	}
+	st, err := cfg.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr := st.Transport; tr.ConnsOpened != 2 || tr.MessagesOut != 2 || tr.MessagesIn != 2 || tr.BytesIn != uint64(len(p)) {
+		t.Errorf("transport counters %+v, want 2 connections opened and 2 messages of %d bytes in all each way", tr, len(p))
+	}
+	if len(st.Selectors) != 2 {
+		t.Errorf("%d selectors counted, want 2", len(st.Selectors))
+	}
+	m := metrics.New()
+	if err := cfg.AddMetrics(m, "rdma"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(m, "rubin_transport_messages_received_total"); n != 1 {
+		t.Errorf("%d series of rubin_transport_messages_received_total, want 1", n)
+	}
+}
+
+// TestRDMAUnavailable checks the errors of the RDMA transport where it
+// cannot run: without cgo or Linux, or without an RDMA device.
+func TestRDMAUnavailable(t *testing.T) {
+	if _, err := (&rubin.Config{Transport: "rdma"}).Stats(); err == nil {
+		t.Skip("the RDMA transport is available here")
+	}
+	_, dialErr := rubin.Dial("rdma", "192.0.2.1:7100")
+	_, listenErr := rubin.Listen("rdma", ":0")
+	for op, err := range map[string]error{"dial": dialErr, "listen": listenErr} {
+		var oe *net.OpError
+		if !errors.As(err, &oe) || oe.Op != op || oe.Net != "rdma" {
+			t.Errorf("%s: %v, want a *net.OpError of %s rdma", op, err, op)
+		}
+		if !errors.Is(err, rdma.ErrNotSupported) && !errors.Is(err, rdma.ErrNoDevice) {
+			t.Errorf("%s: %v, want rdma.ErrNotSupported or rdma.ErrNoDevice", op, err)
+		}
 	}
 }
 

@@ -13,16 +13,18 @@ import (
 	"golang.org/x/net/nettest"
 
 	"github.com/rubin-go/rubin"
+	"github.com/rubin-go/rubin/internal/rdmatest"
 )
 
 // TestNetConn runs golang.org/x/net/nettest's net.Conn conformance suite:
 // basic I/O, ping-pong, racing reads and writes, futures (deadlines set
 // while blocked), close timeouts, concurrent method calls.
 func TestNetConn(t *testing.T) {
-	for _, network := range []string{"tcp"} {
+	for _, network := range []string{"tcp", "rdma"} {
 		t.Run(network, func(t *testing.T) {
+			address := testAddr(t, network)
 			nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
-				ln, err := rubin.Listen(network, "127.0.0.1:0")
+				ln, err := rubin.Listen(network, address)
 				if err != nil {
 					return nil, nil, nil, err
 				}
@@ -53,9 +55,29 @@ func TestNetConn(t *testing.T) {
 	}
 }
 
+// testAddr returns a local address with port 0 to listen on over network:
+// loopback for TCP, the RDMA device's address for RDMA (the test skips
+// without one; see package rdmatest).
+func testAddr(t *testing.T, network string) string {
+	t.Helper()
+	if network == "rdma" {
+		return net.JoinHostPort(rdmatest.Addr(t), "0")
+	}
+	return "127.0.0.1:0"
+}
+
 // TestHTTP runs an unmodified net/http server and client over the face.
 func TestHTTP(t *testing.T) {
-	ln, err := rubin.Listen("tcp", "127.0.0.1:0")
+	testHTTP(t, "tcp")
+}
+
+// TestHTTPRDMA is TestHTTP over RDMA.
+func TestHTTPRDMA(t *testing.T) {
+	testHTTP(t, "rdma")
+}
+
+func testHTTP(t *testing.T, network string) {
+	ln, err := rubin.Listen(network, testAddr(t, network))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +91,7 @@ func TestHTTP(t *testing.T) {
 	srv.Start()
 	defer srv.Close()
 	client := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
 			return rubin.DialContext(ctx, network, addr)
 		},
 	}, Timeout: 10 * time.Second}

@@ -24,13 +24,13 @@ import (
 )
 
 // Listen announces on the local address with the given network's
-// transport ("tcp"), using the default configuration.
+// transport ("tcp" or "rdma"), using the default configuration.
 func Listen(network, address string) (net.Listener, error) {
 	return (&Config{Transport: network}).Listen(context.Background(), address)
 }
 
 // Dial connects to the address with the given network's transport
-// ("tcp"), using the default configuration.
+// ("tcp" or "rdma"), using the default configuration.
 func Dial(network, address string) (net.Conn, error) {
 	return DialContext(context.Background(), network, address)
 }

@@ -8,14 +8,13 @@ import (
 
 	"github.com/rubin-go/rubin/selectionkey"
 	"github.com/rubin-go/rubin/selector"
-	"github.com/rubin-go/rubin/transport/tcp"
 )
 
 // A stack is one Config's transport and poller goroutines. Stacks live as
 // long as the process, like the runtime's network poller.
 type stack struct {
 	cfg     Config
-	tr      *tcp.Transport
+	tr      transport
 	pollers []*poller
 	next    atomic.Uint32
 }
@@ -32,7 +31,7 @@ type waiter interface {
 }
 
 func newStack(cfg Config) (*stack, error) {
-	tr, err := tcp.New(tcp.Config{MaxMessageSize: cfg.MaxMessageSize})
+	tr, err := newTransport(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -71,40 +70,53 @@ func (s *stack) pick() *poller {
 	return s.pollers[int(s.next.Add(1))%len(s.pollers)]
 }
 
+// dial connects to address. The connection is registered with a poller
+// while its connect is pending, so that a transport that binds it to a
+// selector when the connect completes (RDMA: its queue pair to the
+// selector's completion queue) binds it to that poller's.
 func (s *stack) dial(ctx context.Context, address string) (net.Conn, error) {
-	ch, err := s.tr.Dial(ctx, address)
+	ch, err := s.tr.connect(ctx, address)
 	if err != nil {
 		return nil, err
 	}
-	return s.wrap(ch)
+	c, err := s.register(ch, s.pick(), selectionkey.OpConnect)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.awaitConnect(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
 }
 
 func (s *stack) listen(ctx context.Context, address string) (net.Listener, error) {
-	ln, err := s.tr.Listen(ctx, address)
+	ln, err := s.tr.listen(ctx, address)
 	if err != nil {
 		return nil, err
 	}
-	l := &listener{s: s, ln: ln, signal: make(chan struct{}, 1), done: make(chan struct{})}
+	l := &listener{s: s, ln: ln, p: s.pick(), signal: make(chan struct{}, 1), done: make(chan struct{})}
 	if err := ln.SetBlocking(false); err != nil {
 		ln.Close()
 		return nil, err
 	}
-	p := s.pick()
-	if l.key, err = p.sel.Register(ln, 0, l); err != nil {
+	if l.key, err = l.p.sel.Register(ln, 0, l); err != nil {
 		ln.Close()
-		return nil, &net.OpError{Op: "listen", Net: s.cfg.Transport, Addr: ln.Addr(), Err: err}
+		return nil, &net.OpError{Op: "listen", Net: s.cfg.Transport, Addr: ln.LocalAddr(), Err: err}
 	}
 	return l, nil
 }
 
-// wrap turns a connected channel into a net.Conn served by a poller.
-func (s *stack) wrap(ch *tcp.Conn) (net.Conn, error) {
+// register puts a channel, connected or with its connect pending, in
+// non-blocking mode and registers it with p's selector for ops, with its
+// net.Conn face as the attachment. It closes the channel if it fails.
+func (s *stack) register(ch chanConn, p *poller, ops selectionkey.Ops) (*conn, error) {
 	c := newConn(s, ch)
 	if err := ch.SetBlocking(false); err != nil {
 		ch.Close()
 		return nil, err
 	}
-	key, err := s.pick().sel.Register(ch, selectionkey.OpRead, c)
+	key, err := p.sel.Register(ch, ops, c)
 	if err != nil {
 		ch.Close()
 		return nil, &net.OpError{Op: "register", Net: s.cfg.Transport, Addr: ch.RemoteAddr(), Err: err}
@@ -124,7 +136,8 @@ func (s *stack) stats() Stats {
 // listener is the net.Listener face of a transport listener.
 type listener struct {
 	s      *stack
-	ln     *tcp.Listener
+	ln     chanListener
+	p      *poller // the poller ln is registered with
 	key    *selectionkey.Key
 	signal chan struct{} // OpAccept seen
 	done   chan struct{} // closed by Close
@@ -139,9 +152,9 @@ func (l *listener) ready(k *selectionkey.Key) {
 // Accept waits for and returns the next connection.
 func (l *listener) Accept() (net.Conn, error) {
 	for {
-		ch, err := l.ln.AcceptTCP()
+		ch, err := l.ln.accept()
 		if err == nil {
-			return l.s.wrap(ch)
+			return l.serve(ch)
 		}
 		if !errors.Is(err, errWouldBlock) {
 			return nil, err
@@ -157,21 +170,35 @@ func (l *listener) Accept() (net.Conn, error) {
 	}
 }
 
+// serve registers an accepted channel with a poller for reading: the
+// listener's own if the transport bound the channel to it, else the next.
+func (l *listener) serve(ch chanConn) (net.Conn, error) {
+	p := l.p
+	if !l.s.tr.acceptsOnListenerSelector() {
+		p = l.s.pick()
+	}
+	c, err := l.s.register(ch, p, selectionkey.OpRead)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
 func (l *listener) closedErr() error {
-	return &net.OpError{Op: "accept", Net: l.s.cfg.Transport, Addr: l.ln.Addr(), Err: net.ErrClosed}
+	return &net.OpError{Op: "accept", Net: l.s.cfg.Transport, Addr: l.ln.LocalAddr(), Err: net.ErrClosed}
 }
 
 // Close stops listening; Accept calls blocked in it return.
 func (l *listener) Close() error {
 	if l.closed.Swap(true) {
-		return &net.OpError{Op: "close", Net: l.s.cfg.Transport, Addr: l.ln.Addr(), Err: net.ErrClosed}
+		return &net.OpError{Op: "close", Net: l.s.cfg.Transport, Addr: l.ln.LocalAddr(), Err: net.ErrClosed}
 	}
 	close(l.done)
 	return l.ln.Close()
 }
 
 // Addr returns the listening address.
-func (l *listener) Addr() net.Addr { return l.ln.Addr() }
+func (l *listener) Addr() net.Addr { return l.ln.LocalAddr() }
 
 // notify signals a capacity-one channel without blocking.
 func notify(ch chan struct{}) {

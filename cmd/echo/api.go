@@ -17,8 +17,9 @@ import (
 //
 // The contract, for both functions:
 //
-//   - Transport: cfg.network is the -transport value ("tcp"), to be handed to
-//     the transport unchanged; an api that cannot use it returns an error.
+//   - Transport: cfg.network is the -transport value ("tcp" or "rdma"), to be
+//     handed to the transport unchanged; an api that cannot use it returns
+//     an error, and says so up front in its check function.
 //   - Cancellation: both return promptly once ctx is done, having closed
 //     every channel, connection and listener they opened and stopped every
 //     goroutine they started.
@@ -57,11 +58,14 @@ type api struct {
 	client func(ctx context.Context, cfg clientConfig, rec *recorder) error
 	// spin reports whether serve and client honour cfg.spin.
 	spin bool
+	// check, if set, rejects a -transport value the api cannot run over,
+	// with an error that says why, before serve or client runs.
+	check func(network string) error
 }
 
 // serverConfig is what an api's serve function is given.
 type serverConfig struct {
-	network string        // the -transport value, such as "tcp"
+	network string        // the -transport value: "tcp" or "rdma"
 	addr    string        // the address to listen on; port 0 picks a free port
 	spin    time.Duration // the busy-poll budget, if the api honours one
 	// ready is called once, with the bound address, when the server listens.
@@ -72,7 +76,7 @@ type serverConfig struct {
 
 // clientConfig is what an api's client function is given.
 type clientConfig struct {
-	network string        // the -transport value, such as "tcp"
+	network string        // the -transport value: "tcp" or "rdma"
 	addr    string        // the server's address
 	size    int           // payload bytes per message, each way
 	conns   int           // connections to open

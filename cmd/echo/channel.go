@@ -11,7 +11,6 @@ import (
 	"github.com/rubin-go/rubin/channel"
 	"github.com/rubin-go/rubin/selectionkey"
 	"github.com/rubin-go/rubin/selector"
-	"github.com/rubin-go/rubin/transport/tcp"
 )
 
 func init() {
@@ -22,24 +21,18 @@ func init() {
 // select, so that one busy connection cannot starve the others.
 const receiveBurst = 64
 
-// newTransport returns the channel transport for the -transport value.
-func newTransport(network string) (*tcp.Transport, error) {
-	if network != "tcp" {
-		return nil, fmt.Errorf("api channel: unknown transport %q (available: tcp)", network)
-	}
-	return tcp.New(tcp.Config{})
-}
-
 // serveChannel is the channel api's server: one goroutine, one selector,
 // every connection non-blocking. Each received buffer is sent straight
-// back: the echo copies no payload byte in user space.
+// back: the echo copies no payload byte in user space. Over RDMA the
+// connections, accepted from a listener registered with the selector, use
+// its completion queue.
 func serveChannel(ctx context.Context, cfg serverConfig) error {
 	tr, err := newTransport(cfg.network)
 	if err != nil {
-		return err
+		return fmt.Errorf("api channel: %w", err)
 	}
 	defer tr.Close()
-	ln, err := tr.Listen(ctx, cfg.addr)
+	ln, err := tr.listen(ctx, cfg.addr)
 	if err != nil {
 		return err
 	}
@@ -58,7 +51,7 @@ func serveChannel(ctx context.Context, cfg serverConfig) error {
 	echoMetrics.AddTransport("channel", tr.Stats)
 	echoMetrics.AddPool("channel", tr.Pool())
 	echoMetrics.AddSelector("channel", sel)
-	cfg.ready(ln.Addr())
+	cfg.ready(ln.LocalAddr())
 	stop := context.AfterFunc(ctx, sel.Wakeup)
 	defer stop()
 
@@ -73,7 +66,7 @@ func serveChannel(ctx context.Context, cfg serverConfig) error {
 				}
 				continue
 			}
-			c := k.Channel().(*tcp.Conn)
+			c := k.Channel().(chanConn)
 			if err := echoReady(k, c); err != nil {
 				if !errors.Is(err, io.EOF) {
 					cfg.log.Printf("connection from %v: %v", c.RemoteAddr(), err)
@@ -86,9 +79,9 @@ func serveChannel(ctx context.Context, cfg serverConfig) error {
 }
 
 // acceptAll accepts every pending connection and registers it for reading.
-func acceptAll(ln *tcp.Listener, sel *selector.Selector) error {
+func acceptAll(ln chanListener, sel *selector.Selector) error {
 	for {
-		c, err := ln.AcceptTCP()
+		c, err := ln.accept()
 		if errors.Is(err, channel.ErrWouldBlock) {
 			return nil
 		}
@@ -110,7 +103,7 @@ func acceptAll(ln *tcp.Listener, sel *selector.Selector) error {
 // socket cannot take yet waits as the key's attachment, with reading
 // paused until the connection is writable again: a client that does not
 // read makes the server stop reading, not queue without bound.
-func echoReady(k *selectionkey.Key, c *tcp.Conn) error {
+func echoReady(k *selectionkey.Key, c chanConn) error {
 	if b, ok := k.Attachment().(*bufpool.Buffer); ok && k.IsWritable() {
 		if err := c.Send(b); errors.Is(err, channel.ErrWouldBlock) {
 			return nil
@@ -166,7 +159,7 @@ func closeAll(sel *selector.Selector) {
 // attachment.
 type clientConn struct {
 	id       int
-	c        *tcp.Conn
+	c        chanConn
 	inFlight []inFlight // ring of sent, unechoed messages, oldest at head
 	head     int
 	count    int
@@ -175,11 +168,13 @@ type clientConn struct {
 }
 
 // runChannelClient is the channel api's client: every connection on one
-// selector, driven by one goroutine.
+// selector, driven by one goroutine. Each connection is registered while
+// its connect is pending, so that over RDMA it uses the selector's
+// completion queue.
 func runChannelClient(ctx context.Context, cfg clientConfig, rec *recorder) error {
 	tr, err := newTransport(cfg.network)
 	if err != nil {
-		return err
+		return fmt.Errorf("api channel: %w", err)
 	}
 	defer tr.Close()
 	if cfg.size > tr.MaxMessageSize() {
@@ -194,7 +189,7 @@ func runChannelClient(ctx context.Context, cfg clientConfig, rec *recorder) erro
 	defer stop()
 
 	for i := range cfg.conns {
-		c, err := tr.Connect(ctx, cfg.addr)
+		c, err := tr.connect(ctx, cfg.addr)
 		if err != nil {
 			return fmt.Errorf("connection %d: %w", i, err)
 		}

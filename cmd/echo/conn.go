@@ -15,11 +15,16 @@ func init() {
 	registerAPI("conn", api{
 		serve: func(ctx context.Context, cfg serverConfig) error {
 			rc := rubin.Config{Transport: cfg.network, SpinBudget: cfg.spin}
-			if err := rc.AddMetrics(echoMetrics, "conn"); err != nil {
-				return err
-			}
 			return serveNetConn(ctx, cfg, func(ctx context.Context, _, address string) (net.Listener, error) {
-				return rc.Listen(ctx, address)
+				ln, err := rc.Listen(ctx, address)
+				if err != nil {
+					return nil, err
+				}
+				if err := rc.AddMetrics(echoMetrics, "conn"); err != nil {
+					ln.Close()
+					return nil, err
+				}
+				return ln, nil
 			})
 		},
 		client: func(ctx context.Context, cfg clientConfig, rec *recorder) error {

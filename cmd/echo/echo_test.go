@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rubin-go/rubin/internal/rdmatest"
 )
 
 // lineWriter is an io.Writer, safe for concurrent use, that keeps what is
@@ -511,5 +513,63 @@ func TestEveryAPI(t *testing.T) {
 				t.Fatal("client of a silent server did not return within 5s of its context's deadline")
 			}
 		})
+	}
+}
+
+// TestRDMAEcho runs the apis that have RDMA over it, server and client in
+// this process; it needs an RDMA device (see package rdmatest).
+func TestRDMAEcho(t *testing.T) {
+	ip := rdmatest.Addr(t)
+	for _, name := range []string{"channel", "conn"} {
+		t.Run(name, func(t *testing.T) {
+			addr, _ := startServer(t, "-transport", "rdma", "-api", name, "-addr", net.JoinHostPort(ip, "0"))
+			for _, c := range []struct {
+				size, n, conns, depth int
+				spin                  string
+			}{
+				{size: 64, n: 2000, conns: 1, depth: 1, spin: "0s"},
+				{size: 1001, n: 1500, conns: 3, depth: 4, spin: "20us"},
+				{size: 100 << 10, n: 100, conns: 2, depth: 2, spin: "0s"},
+			} {
+				var stdout, stderr bytes.Buffer
+				args := []string{"client", "-transport", "rdma", "-api", name, "-addr", addr,
+					"-size", strconv.Itoa(c.size), "-n", strconv.Itoa(c.n),
+					"-conns", strconv.Itoa(c.conns), "-depth", strconv.Itoa(c.depth), "-spin", c.spin}
+				if code := run(context.Background(), args, &stdout, &stderr); code != exitOK {
+					t.Fatalf("%q: client exited with status %d; stderr:\n%s", args, code, &stderr)
+				}
+				out := strings.TrimSuffix(stdout.String(), "\n")
+				if !strings.HasPrefix(out, "transport=rdma ") || strings.Contains(out, "\n") {
+					t.Fatalf("%q: output is not one summary line of transport=rdma:\n%s", args, out)
+				}
+				m := parseSummary(t, out)
+				want := map[string]string{
+					"api": name, "size": strconv.Itoa(c.size), "conns": strconv.Itoa(c.conns),
+					"msgs": strconv.Itoa(c.n), "depth": strconv.Itoa(c.depth),
+				}
+				for k, v := range want {
+					if m[k] != v {
+						t.Errorf("%q: %s=%q, want %q", args, k, m[k], v)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestGoNetRejectsRDMA checks that -api gonet, Go's net package, refuses
+// -transport rdma with a usage error that says why.
+func TestGoNetRejectsRDMA(t *testing.T) {
+	for _, args := range [][]string{
+		{"server", "-api", "gonet", "-transport", "rdma"},
+		{"client", "-api", "gonet", "-transport", "rdma", "-addr", "192.0.2.1:7100"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(context.Background(), args, &stdout, &stderr); code != exitUsage {
+			t.Errorf("%q: exit status %d, want %d", args, code, exitUsage)
+		}
+		if !strings.Contains(stderr.String(), "no RDMA") {
+			t.Errorf("%q: stderr %q does not say that gonet has no RDMA", args, &stderr)
+		}
 	}
 }

@@ -3,8 +3,8 @@
 //
 // Usage:
 //
-//	echo server -transport tcp -api conn|gonet|channel -addr HOST:PORT [-spin DURATION] [-metrics-addr ADDR]
-//	echo client -transport tcp -api conn|gonet|channel -addr HOST:PORT -size BYTES -n COUNT -conns N [-depth D] [-warmup W] [-spin DURATION]
+//	echo server -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT [-spin DURATION] [-metrics-addr ADDR]
+//	echo client -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT -size BYTES -n COUNT -conns N [-depth D] [-warmup W] [-spin DURATION]
 //	echo
 //
 // The server echoes back every byte it receives. Once it listens it prints
@@ -27,6 +27,9 @@
 //
 // -api gonet uses Go's net package, -api conn uses rubin.Listen and
 // rubin.DialContext, and -api channel uses rubin's channels and selector.
+// -transport rdma runs the conn and channel apis over RDMA (on Linux, with
+// cgo, rdma-core and an RDMA device; -addr is then an address of the
+// device); gonet is TCP only.
 //
 // Exit status: 2 for bad arguments, 1 for a failure at run time.
 package main
@@ -67,8 +70,8 @@ const (
 const maxSize = 64 << 20
 
 const usageText = `usage:
-  echo server -transport tcp -api conn|gonet|channel -addr HOST:PORT [-spin DURATION] [-metrics-addr ADDR]
-  echo client -transport tcp -api conn|gonet|channel -addr HOST:PORT -size BYTES -n COUNT -conns N [-depth D] [-warmup W] [-spin DURATION]
+  echo server -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT [-spin DURATION] [-metrics-addr ADDR]
+  echo client -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT -size BYTES -n COUNT -conns N [-depth D] [-warmup W] [-spin DURATION]
   echo          (no arguments: a demo over 127.0.0.1)
 `
 
@@ -150,7 +153,7 @@ type commonFlags struct {
 }
 
 func (c *commonFlags) register(fs *flag.FlagSet, defaultAddr string) {
-	fs.StringVar(&c.transport, "transport", "tcp", "transport: tcp")
+	fs.StringVar(&c.transport, "transport", "tcp", "transport: "+strings.Join(transports, " or "))
 	fs.StringVar(&c.api, "api", "conn", "api: "+strings.Join(apiNames(), ", "))
 	fs.StringVar(&c.addr, "addr", defaultAddr, "address, HOST:PORT")
 	fs.DurationVar(&c.spin, "spin", 0, "busy-poll budget before sleeping, for apis that have one")
@@ -191,6 +194,11 @@ func (c *commonFlags) check() (api, error) {
 	a, err := lookupAPI(c.api)
 	if err != nil {
 		return api{}, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if a.check != nil {
+		if err := a.check(c.transport); err != nil {
+			return api{}, fmt.Errorf("%w: -transport %s: %w", errUsage, c.transport, err)
+		}
 	}
 	return a, nil
 }

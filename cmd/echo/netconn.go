@@ -15,7 +15,17 @@ import (
 const baselineAPI = "gonet"
 
 func init() {
-	registerAPI(baselineAPI, netConnAPI(goNetListen, goNetDial))
+	a := netConnAPI(goNetListen, goNetDial)
+	a.check = goNetCheck
+	registerAPI(baselineAPI, a)
+}
+
+// goNetCheck rejects RDMA, which Go's net package does not have.
+func goNetCheck(network string) error {
+	if network == "rdma" {
+		return fmt.Errorf("api %s is Go's net package, which has no RDMA transport: use -api conn or -api channel with -transport rdma", baselineAPI)
+	}
+	return nil
 }
 
 // A listenFunc opens a listener, as net.Listen does.
