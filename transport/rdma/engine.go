@@ -84,7 +84,7 @@ func newEngine(t *Transport, dev *device, sel *selector.Selector) (*engine, erro
 		}
 		e.cqeUsed = t.cfg.SRQSize
 	}
-	if err := cq.ReqNotify(); err == nil {
+	if err = cq.ReqNotify(); err == nil {
 		err = sel.AddSource(e, unix.EPOLLIN)
 	}
 	if err != nil {
