@@ -8,54 +8,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rubin-go/rubin/benchmarks/internal/benchkit"
 )
 
 const line64 = "transport=tcp size=64 conns=1 msgs=10000 p50_us=12.3 p99_us=45.6 p999_us=78.9 msgs_per_s=12345 MBps=0.79 api=conn spin_us=0 depth=1"
-
-func TestParseSummary(t *testing.T) {
-	s, err := parseSummary(line64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.p50 != 12.3 || s.p99 != 45.6 || s.p999 != 78.9 || s.rate != 12345 || s.mbps != 0.79 || s.spinUS != "0" {
-		t.Errorf("parseSummary = %+v", s)
-	}
-	for _, bad := range []string{
-		"transport=tcp size=64",
-		strings.Replace(line64, "p50_us=12.3", "p50_us=x", 1),
-		line64 + " stray",
-	} {
-		if _, err := parseSummary(bad); err == nil {
-			t.Errorf("parseSummary(%q) succeeded", bad)
-		}
-	}
-}
-
-func TestSummaryLine(t *testing.T) {
-	out := "progress noise\n" + line64 + "\n"
-	if got := summaryLine(out); got != line64 {
-		t.Errorf("summaryLine = %q", got)
-	}
-	if got := summaryLine("no summary\n"); got != "" {
-		t.Errorf("summaryLine without one = %q", got)
-	}
-}
-
-func TestMedian(t *testing.T) {
-	for _, c := range []struct {
-		xs   []float64
-		want float64
-	}{
-		{[]float64{5}, 5},
-		{[]float64{3, 1, 2}, 2},
-		{[]float64{4, 1, 3, 2}, 2.5},
-		{[]float64{10, 1, 1}, 1},
-	} {
-		if got := median(c.xs); got != c.want {
-			t.Errorf("median(%v) = %v, want %v", c.xs, got, c.want)
-		}
-	}
-}
 
 func TestMessages(t *testing.T) {
 	cfg := &config{n: 10000}
@@ -107,16 +64,16 @@ func testResults(t *testing.T) *results {
 	res := newResults([]string{"gonet", "conn"}, points)
 	for _, round := range []float64{1, 2, 3} {
 		for _, p := range points {
-			g, err := parseSummary(line64)
+			g, err := benchkit.ParseSummary(line64)
 			if err != nil {
 				t.Fatal(err)
 			}
-			g.p50, g.rate = 10*round, 1000*round
+			g.P50, g.Rate = 10*round, 1000*round
 			res.add(p, "gonet", g, nil)
 			c := g
-			c.p50, c.rate = 5*round, 4000*round
+			c.P50, c.Rate = 5*round, 4000*round
 			if p.size == 1024 && round == 2 {
-				res.add(p, "conn", sample{}, errors.New("client: exit status 1: echo: boom"))
+				res.add(p, "conn", benchkit.Sample{}, errors.New("client: exit status 1: echo: boom"))
 			} else {
 				res.add(p, "conn", c, nil)
 			}
@@ -132,7 +89,7 @@ func TestTable(t *testing.T) {
 	}
 	tab := res.buildTable("gonet")
 	var text bytes.Buffer
-	tab.writeText(&text)
+	tab.WriteText(&text)
 	lines := strings.Split(strings.TrimSpace(text.String()), "\n")
 	if len(lines) != 5 {
 		t.Fatalf("text table has %d lines, want 5:\n%s", len(lines), &text)
@@ -144,9 +101,9 @@ func TestTable(t *testing.T) {
 		t.Errorf("failed row %q lacks the error", lines[4])
 	}
 	var md bytes.Buffer
-	tab.writeMarkdown(&md)
+	tab.WriteMarkdown(&md)
 	for i, line := range strings.Split(strings.TrimSpace(md.String()), "\n") {
-		if got, want := strings.Count(line, "|"), len(tab.header)+1; got != want {
+		if got, want := strings.Count(line, "|"), len(tab.Header)+1; got != want {
 			t.Errorf("markdown line %d has %d pipes, want %d: %q", i, got, want, line)
 		}
 	}
@@ -194,44 +151,5 @@ func TestReportFiles(t *testing.T) {
 	}
 	if !strings.Contains(svg.String(), "conn (failed)") {
 		t.Error("the legend does not mark conn as failed")
-	}
-}
-
-func TestNiceScale(t *testing.T) {
-	for _, c := range []struct{ max, top, step float64 }{
-		{0, 1, 0.2},
-		{81, 100, 20},
-		{95, 100, 20},
-		{99, 125, 25},
-		{0.3, 0.4, 0.1},
-		{1234, 1500, 500},
-	} {
-		top, step := niceScale(c.max)
-		if top != c.top || step != c.step {
-			t.Errorf("niceScale(%v) = %v, %v; want %v, %v", c.max, top, step, c.top, c.step)
-		}
-	}
-	if got := formatTick(0.75, 0.25); got != "0.75" {
-		t.Errorf("formatTick(0.75, 0.25) = %q", got)
-	}
-	if got := formatTick(50, 25); got != "50" {
-		t.Errorf("formatTick(50, 25) = %q", got)
-	}
-}
-
-func TestWatcher(t *testing.T) {
-	w := newWatcher("listening on ")
-	io.WriteString(w, "noise\nlisten")
-	io.WriteString(w, "ing on 127.0.0.1:5\nprogress: 1/2\necho: it broke\n")
-	select {
-	case addr := <-w.found:
-		if addr != "127.0.0.1:5" {
-			t.Errorf("found %q", addr)
-		}
-	default:
-		t.Fatal("the listening line was not found")
-	}
-	if got := w.brief(); got != "echo: it broke" {
-		t.Errorf("brief() = %q", got)
 	}
 }

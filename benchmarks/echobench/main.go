@@ -37,13 +37,12 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/rubin-go/rubin/benchmarks/internal/benchkit"
 )
 
 // baseline is the contender the others are compared with.
 const baseline = "gonet"
-
-// echoPackage is the package of the echo command.
-const echoPackage = "github.com/rubin-go/rubin/cmd/echo"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -208,20 +207,15 @@ func benchmark(ctx context.Context, cfg *config, stdout, stderr io.Writer) error
 	defer os.RemoveAll(tmp)
 
 	bin := filepath.Join(tmp, "echo")
-	fmt.Fprintf(stderr, "echobench: building %s\n", echoPackage)
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, echoPackage)
+	fmt.Fprintf(stderr, "echobench: building %s\n", benchkit.EchoPackage)
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, benchkit.EchoPackage)
 	build.Stdout, build.Stderr = stderr, stderr
 	if err := build.Run(); err != nil {
-		return fmt.Errorf("go build %s: %w", echoPackage, err)
+		return fmt.Errorf("go build %s: %w", benchkit.EchoPackage, err)
 	}
 
-	l := &launcher{bin: bin, runTimeout: cfg.timeout}
-	placement := fmt.Sprintf("server pinned to CPU %s, client to CPU %s (taskset)", serverCPU, clientCPU)
-	if err := checkTaskset(ctx); err != nil {
-		placement = fmt.Sprintf("UNPINNED: taskset cannot pin here (%v); figures may swing between runs", err)
-	} else {
-		l.pin = true
-	}
+	pinned, placement := benchkit.Pinned(ctx)
+	l := &launcher{Launcher: pinned, bin: bin, runTimeout: cfg.timeout}
 	fmt.Fprintf(stderr, "echobench: %s\n", placement)
 
 	var points []point
@@ -245,12 +239,12 @@ func benchmark(ctx context.Context, cfg *config, stdout, stderr io.Writer) error
 				}
 				res.add(p, api, s, err)
 				done++
-				status := fmt.Sprintf("p50 %.1f us, p99 %.1f us, %.0f msgs/s", s.p50, s.p99, s.rate)
+				status := fmt.Sprintf("p50 %.1f us, p99 %.1f us, %.0f msgs/s", s.P50, s.P99, s.Rate)
 				if err != nil {
 					status = "error: " + err.Error()
 				}
 				fmt.Fprintf(stderr, "[%*d/%d] %7s x %4d conns, %6d msgs, round %d/%d, %-8s %s\n",
-					len(strconv.Itoa(total)), done, total, formatSize(p.size), p.conns, spec.n,
+					len(strconv.Itoa(total)), done, total, benchkit.FormatSize(p.size), p.conns, spec.n,
 					round+1, cfg.rounds, api+":", status)
 			}
 		}
@@ -266,12 +260,12 @@ func benchmark(ctx context.Context, cfg *config, stdout, stderr io.Writer) error
 		cfg.md, cfg.svg = filepath.Join(tmp, "report.md"), filepath.Join(tmp, "plot.svg")
 	}
 	if cfg.svg != "" {
-		if err := writeFile(cfg.svg, r.writeSVG); err != nil {
+		if err := benchkit.WriteFile(cfg.svg, r.writeSVG); err != nil {
 			return err
 		}
 	}
 	if cfg.md != "" {
-		if err := writeFile(cfg.md, r.writeMarkdown); err != nil {
+		if err := benchkit.WriteFile(cfg.md, r.writeMarkdown); err != nil {
 			return err
 		}
 	}
@@ -289,21 +283,4 @@ func benchmark(ctx context.Context, cfg *config, stdout, stderr io.Writer) error
 		return fmt.Errorf("the %s baseline failed", baseline)
 	}
 	return nil
-}
-
-// writeFile creates path, and its directory if need be, with what write
-// writes.
-func writeFile(path string, write func(io.Writer) error) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := write(f); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return f.Close()
 }

@@ -3,13 +3,13 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rubin-go/rubin/benchmarks/internal/benchkit"
 )
 
 // A point is one configuration the contenders are measured at.
@@ -20,7 +20,7 @@ type point struct {
 
 // A cell holds the runs of one contender at one point.
 type cell struct {
-	samples []sample
+	samples []benchkit.Sample
 	err     error // the first failed run's error; a cell with one is not reported
 }
 
@@ -43,7 +43,7 @@ func newResults(apis []string, points []point) *results {
 }
 
 // add records the outcome of one run.
-func (r *results) add(p point, api string, s sample, err error) {
+func (r *results) add(p point, api string, s benchkit.Sample, err error) {
 	c := r.cells[p][api]
 	if err != nil {
 		if c.err == nil {
@@ -56,36 +56,25 @@ func (r *results) add(p point, api string, s sample, err error) {
 
 // median returns the median of each metric over the cell's runs, and false
 // if the cell failed or has no runs.
-func (c *cell) median() (sample, bool) {
+func (c *cell) median() (benchkit.Sample, bool) {
 	if c.err != nil || len(c.samples) == 0 {
-		return sample{}, false
+		return benchkit.Sample{}, false
 	}
-	metric := func(get func(sample) float64) float64 {
+	metric := func(get func(benchkit.Sample) float64) float64 {
 		xs := make([]float64, len(c.samples))
 		for i, s := range c.samples {
 			xs[i] = get(s)
 		}
-		return median(xs)
+		return benchkit.Median(xs)
 	}
-	return sample{
-		p50:    metric(func(s sample) float64 { return s.p50 }),
-		p99:    metric(func(s sample) float64 { return s.p99 }),
-		p999:   metric(func(s sample) float64 { return s.p999 }),
-		rate:   metric(func(s sample) float64 { return s.rate }),
-		mbps:   metric(func(s sample) float64 { return s.mbps }),
-		spinUS: c.samples[0].spinUS,
+	return benchkit.Sample{
+		P50:    metric(func(s benchkit.Sample) float64 { return s.P50 }),
+		P99:    metric(func(s benchkit.Sample) float64 { return s.P99 }),
+		P999:   metric(func(s benchkit.Sample) float64 { return s.P999 }),
+		Rate:   metric(func(s benchkit.Sample) float64 { return s.Rate }),
+		MBps:   metric(func(s benchkit.Sample) float64 { return s.MBps }),
+		SpinUS: c.samples[0].SpinUS,
 	}, true
-}
-
-// median returns the median of xs, the mean of the middle two for an even
-// count. It sorts xs.
-func median(xs []float64) float64 {
-	slices.Sort(xs)
-	n := len(xs)
-	if n%2 == 1 {
-		return xs[n/2]
-	}
-	return (xs[n/2-1] + xs[n/2]) / 2
 }
 
 // failed reports whether any cell of api failed.
@@ -98,142 +87,49 @@ func (r *results) failed(api string) bool {
 	return false
 }
 
-// A table is the report's table, in cells of text.
-type table struct {
-	header []string
-	right  []bool // whether a column is right-aligned
-	rows   [][]string
-	// errs holds, for a failed row, the error shown from column errCol on.
-	errs []string
-}
-
-// errCol is the first column an error message spans.
+// errCol is the first column of the table an error message spans.
 const errCol = 3
 
 // buildTable lays out the medians of r, with ratios to baseline if it was
 // measured.
-func (r *results) buildTable(baseline string) *table {
-	t := &table{
-		header: []string{"size", "conns", "api", "p50 us", "p99 us", "msgs/s", "MB/s",
+func (r *results) buildTable(baseline string) *benchkit.Table {
+	t := &benchkit.Table{
+		Header: []string{"size", "conns", "api", "p50 us", "p99 us", "msgs/s", "MB/s",
 			"p50 vs " + baseline, "p99 vs " + baseline, "msgs/s vs " + baseline},
-		right: []bool{true, true, false, true, true, true, true, true, true, true},
+		Right:  []bool{true, true, false, true, true, true, true, true, true, true},
+		ErrCol: errCol,
 	}
 	for _, p := range r.points {
 		base, haveBase := r.cells[p][baseline].median()
 		for _, api := range r.apis {
 			c := r.cells[p][api]
-			row := []string{formatSize(p.size), strconv.Itoa(p.conns), api}
+			row := []string{benchkit.FormatSize(p.size), strconv.Itoa(p.conns), api}
 			m, ok := c.median()
 			if !ok {
 				msg := "no runs"
 				if c.err != nil {
 					msg = "error: " + c.err.Error()
 				}
-				t.rows = append(t.rows, append(row, make([]string, len(t.header)-len(row))...))
-				t.errs = append(t.errs, msg)
+				t.AddError(msg, row...)
 				continue
 			}
 			row = append(row,
-				fmt.Sprintf("%.1f", m.p50),
-				fmt.Sprintf("%.1f", m.p99),
-				fmt.Sprintf("%.0f", m.rate),
-				fmt.Sprintf("%.2f", m.mbps))
+				fmt.Sprintf("%.1f", m.P50),
+				fmt.Sprintf("%.1f", m.P99),
+				fmt.Sprintf("%.0f", m.Rate),
+				fmt.Sprintf("%.2f", m.MBps))
 			switch {
 			case api == baseline:
 				row = append(row, "base", "base", "base")
 			case haveBase:
-				row = append(row, ratio(m.p50, base.p50), ratio(m.p99, base.p99), ratio(m.rate, base.rate))
+				row = append(row, benchkit.Ratio(m.P50, base.P50), benchkit.Ratio(m.P99, base.P99), benchkit.Ratio(m.Rate, base.Rate))
 			default:
 				row = append(row, "-", "-", "-")
 			}
-			t.rows = append(t.rows, row)
-			t.errs = append(t.errs, "")
+			t.Add(row...)
 		}
 	}
 	return t
-}
-
-// ratio formats ours/base.
-func ratio(ours, base float64) string {
-	if base == 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.2f", ours/base)
-}
-
-// writeText writes t as aligned columns of plain text.
-func (t *table) writeText(w io.Writer) {
-	widths := make([]int, len(t.header))
-	for i, h := range t.header {
-		widths[i] = len(h)
-	}
-	for i, row := range t.rows {
-		for j, c := range row {
-			if t.errs[i] != "" && j >= errCol {
-				break
-			}
-			widths[j] = max(widths[j], len(c))
-		}
-	}
-	line := func(cells []string, errMsg string) {
-		var b strings.Builder
-		for j, c := range cells {
-			if j > 0 {
-				b.WriteString("  ")
-			}
-			if errMsg != "" && j == errCol {
-				b.WriteString(errMsg)
-				break
-			}
-			pad := strings.Repeat(" ", widths[j]-len(c))
-			if t.right[j] {
-				b.WriteString(pad + c)
-			} else {
-				b.WriteString(c + pad)
-			}
-		}
-		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
-	}
-	line(t.header, "")
-	for i, row := range t.rows {
-		line(row, t.errs[i])
-	}
-}
-
-// writeMarkdown writes t as a Markdown table.
-func (t *table) writeMarkdown(w io.Writer) {
-	fmt.Fprintf(w, "| %s |\n", strings.Join(t.header, " | "))
-	aligns := make([]string, len(t.header))
-	for j := range aligns {
-		aligns[j] = ":---"
-		if t.right[j] {
-			aligns[j] = "---:"
-		}
-	}
-	fmt.Fprintf(w, "|%s|\n", strings.Join(aligns, "|"))
-	for i, row := range t.rows {
-		cells := slices.Clone(row)
-		if t.errs[i] != "" {
-			cells[errCol] = markdownEscape(t.errs[i])
-		}
-		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
-	}
-}
-
-// markdownEscape makes s safe inside a Markdown table cell.
-func markdownEscape(s string) string {
-	return strings.NewReplacer("|", `\|`, "\n", " ", "<", "&lt;", ">", "&gt;").Replace(s)
-}
-
-// formatSize writes a byte count the short way: 64 B, 1 KiB, 100 KiB.
-func formatSize(n int) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 // A report presents the results of a benchmark.
@@ -254,12 +150,11 @@ func (r *report) notes() [][2]string {
 		spin = fmt.Sprintf("%v, passed to %s", r.cfg.spin, strings.Join(ours, ", "))
 	}
 	notes := [][2]string{
-		{"machine", fmt.Sprintf("%d CPUs (%s), Linux %s, %s %s/%s",
-			runtime.NumCPU(), cpuModel(), kernelRelease(), runtime.Version(), runtime.GOOS, runtime.GOARCH)},
+		{"machine", benchkit.Machine()},
 		{"placement", r.placement},
 		{"spin", spin},
 		{"method", fmt.Sprintf("median of %d round%s; in each round the contenders run in turn (%s), each with a fresh server and client process over 127.0.0.1",
-			r.cfg.rounds, plural(r.cfg.rounds), strings.Join(r.cfg.apis, ", "))},
+			r.cfg.rounds, benchkit.Plural(r.cfg.rounds), strings.Join(r.cfg.apis, ", "))},
 		{"messages", fmt.Sprintf("%d measured per run with 1 connection and up to 64 KiB, five times that with more connections, half above 64 KiB, at least 100 per connection; "+
 			"warmup min(1000, n/10) unmeasured; 1 message in flight per connection", r.cfg.n)},
 		{"units", "round-trip times in us, from the start of a write to the end of reading the whole echo; MB/s counts the payload one way; " +
@@ -270,8 +165,8 @@ func (r *report) notes() [][2]string {
 		want := strconv.FormatFloat(float64(r.cfg.spin)/float64(time.Microsecond), 'f', -1, 64)
 		for _, api := range ours {
 			for _, p := range r.res.points {
-				if m, ok := r.res.cells[p][api].median(); ok && m.spinUS != want {
-					notes = append(notes, [2]string{"note", fmt.Sprintf("%s reported spin_us=%s: it has no busy-poll setting and ran without one", api, m.spinUS)})
+				if m, ok := r.res.cells[p][api].median(); ok && m.SpinUS != want {
+					notes = append(notes, [2]string{"note", fmt.Sprintf("%s reported spin_us=%s: it has no busy-poll setting and ran without one", api, m.SpinUS)})
 					break
 				}
 			}
@@ -288,7 +183,7 @@ func (r *report) writeText(w io.Writer) {
 		fmt.Fprintf(w, "  %-10s %s\n", n[0]+":", n[1])
 	}
 	fmt.Fprintln(w)
-	r.res.buildTable(baseline).writeText(w)
+	r.res.buildTable(baseline).WriteText(w)
 	fmt.Fprintln(w)
 }
 
@@ -303,10 +198,10 @@ func (r *report) writeMarkdown(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "Generated by `%s` on %s.\n\n", cmd, r.when.UTC().Format("2006-01-02 15:04 MST"))
 	for _, n := range r.notes() {
-		fmt.Fprintf(&b, "- **%s:** %s\n", n[0], markdownEscape(n[1]))
+		fmt.Fprintf(&b, "- **%s:** %s\n", n[0], benchkit.MarkdownEscape(n[1]))
 	}
 	b.WriteString("\n")
-	r.res.buildTable(baseline).writeMarkdown(&b)
+	r.res.buildTable(baseline).WriteMarkdown(&b)
 	if r.cfg.svg != "" {
 		rel, err := filepath.Rel(filepath.Dir(r.cfg.md), r.cfg.svg)
 		if err != nil {
@@ -319,7 +214,7 @@ func (r *report) writeMarkdown(w io.Writer) error {
 		for _, api := range r.res.apis {
 			c := r.res.cells[p][api]
 			for _, s := range c.samples {
-				b.WriteString(s.line + "\n")
+				b.WriteString(s.Line + "\n")
 			}
 			if c.err != nil {
 				fmt.Fprintf(&b, "size=%d conns=%d api=%s error: %v\n", p.size, p.conns, api, c.err)
@@ -335,7 +230,7 @@ func (r *report) writeMarkdown(w io.Writer) error {
 // connection or the fewest measured.
 func (r *report) writeSVG(w io.Writer) error {
 	conns := r.cfg.conns[0]
-	placement := "server on CPU " + serverCPU + ", client on CPU " + clientCPU
+	placement := "server on CPU " + benchkit.ServerCPU + ", client on CPU " + benchkit.ClientCPU
 	if strings.HasPrefix(r.placement, "UNPINNED") {
 		placement = "unpinned"
 	}
@@ -343,16 +238,16 @@ func (r *report) writeSVG(w io.Writer) error {
 	if r.cfg.spin > 0 {
 		spin = "spin " + r.cfg.spin.String() + " (not gonet)"
 	}
-	p := &plot{
-		title: fmt.Sprintf("Echo p50 round-trip time vs message size (TCP, %d connection%s)", conns, plural(conns)),
-		subtitle: fmt.Sprintf("median of %d round%s; %s; %s; %s",
-			r.cfg.rounds, plural(r.cfg.rounds), placement, spin, r.when.UTC().Format("2006-01-02")),
-		xLabel: "message size (log scale)",
-		yLabel: "p50 round-trip time (\u00b5s)",
+	p := &benchkit.Plot{
+		Title: fmt.Sprintf("Echo p50 round-trip time vs message size (TCP, %d connection%s)", conns, benchkit.Plural(conns)),
+		Subtitle: fmt.Sprintf("median of %d round%s; %s; %s; %s",
+			r.cfg.rounds, benchkit.Plural(r.cfg.rounds), placement, spin, r.when.UTC().Format("2006-01-02")),
+		XLabel: "message size (log scale)",
+		YLabel: "p50 round-trip time (\u00b5s)",
 	}
 	for _, size := range r.cfg.sizes {
-		p.xTicks = append(p.xTicks, float64(size))
-		p.xTickLabels = append(p.xTickLabels, formatSize(size))
+		p.XTicks = append(p.XTicks, float64(size))
+		p.XTickLabels = append(p.XTickLabels, benchkit.FormatSize(size))
 	}
 	// The baseline first, so that it takes the baseline's color.
 	apis := slices.Clone(r.cfg.apis)
@@ -360,47 +255,17 @@ func (r *report) writeSVG(w io.Writer) error {
 		apis = slices.Insert(slices.Delete(apis, i, i+1), 0, baseline)
 	}
 	for _, api := range apis {
-		s := series{name: api, baseline: api == baseline}
+		s := benchkit.Series{Name: api, Baseline: api == baseline}
 		for _, size := range r.cfg.sizes {
 			m, ok := r.res.cells[point{size: size, conns: conns}][api].median()
 			if !ok {
-				s.failed = true
+				s.Failed = true
 				continue
 			}
-			s.xs = append(s.xs, float64(size))
-			s.ys = append(s.ys, m.p50)
+			s.Xs = append(s.Xs, float64(size))
+			s.Ys = append(s.Ys, m.P50)
 		}
-		p.series = append(p.series, s)
+		p.Series = append(p.Series, s)
 	}
-	return p.writeSVG(w)
-}
-
-func plural(n int) string {
-	if n == 1 {
-		return ""
-	}
-	return "s"
-}
-
-// cpuModel returns the CPU model Linux reports, or "unknown CPU".
-func cpuModel() string {
-	data, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return "unknown CPU"
-	}
-	for line := range strings.Lines(string(data)) {
-		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.Join(strings.Fields(v), " ")
-		}
-	}
-	return "unknown CPU"
-}
-
-// kernelRelease returns the running kernel's release, or "unknown".
-func kernelRelease() string {
-	data, err := os.ReadFile("/proc/sys/kernel/osrelease")
-	if err != nil {
-		return "unknown"
-	}
-	return strings.TrimSpace(string(data))
+	return p.WriteSVG(w)
 }

@@ -1,29 +1,31 @@
-package main
+package benchkit
 
 import (
 	"encoding/xml"
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 )
 
-// A series is one line of the plot.
-type series struct {
-	name     string
-	baseline bool      // drawn dashed
-	xs, ys   []float64 // the points, by increasing x
-	failed   bool      // some point could not be measured
+// A Series is one line of a Plot.
+type Series struct {
+	Name     string
+	Baseline bool      // drawn dashed
+	Xs, Ys   []float64 // the points, by increasing x
+	Failed   bool      // some point could not be measured
 }
 
-// A plot is a line chart with a logarithmic x axis and a linear y axis from
-// zero, written as SVG by hand.
-type plot struct {
-	title, subtitle string
-	xLabel, yLabel  string
-	xTicks          []float64 // x values to mark, with their labels
-	xTickLabels     []string
-	series          []series
+// A Plot is a line chart with a logarithmic x axis and a linear y axis
+// from zero, or a logarithmic one if LogY is set, written as SVG by hand.
+type Plot struct {
+	Title, Subtitle string
+	XLabel, YLabel  string
+	XTicks          []float64 // x values to mark, with their labels
+	XTickLabels     []string
+	LogY            bool // then every Ys must be positive
+	Series          []Series
 }
 
 // Plot geometry, in SVG user units.
@@ -48,16 +50,34 @@ const (
 // always drawn in the first.
 var seriesColors = []string{"#555555", "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"}
 
-// writeSVG writes p as an SVG document.
-func (p *plot) writeSVG(w io.Writer) error {
+// WriteSVG writes p as an SVG document.
+func (p *Plot) WriteSVG(w io.Writer) error {
 	var b strings.Builder
 	x0, x1 := p.xDomain()
-	yTop, yStep := niceScale(p.yMax())
 	sx := func(x float64) float64 {
 		return plotLeft + (math.Log10(x)-x0)/(x1-x0)*(plotRight-plotLeft)
 	}
-	sy := func(y float64) float64 {
-		return plotBottom - y/yTop*(plotBottom-plotTop)
+	var (
+		sy     func(y float64) float64
+		yTicks []float64
+		yLabel func(y float64) string
+	)
+	if p.LogY {
+		y0, y1 := p.yLogDomain()
+		sy = func(y float64) float64 {
+			return plotBottom - (math.Log10(y)-y0)/(y1-y0)*(plotBottom-plotTop)
+		}
+		yTicks = logTicks(y0, y1)
+		yLabel = func(y float64) string { return strconv.FormatFloat(y, 'f', -1, 64) }
+	} else {
+		yTop, yStep := niceScale(p.yMax())
+		sy = func(y float64) float64 {
+			return plotBottom - y/yTop*(plotBottom-plotTop)
+		}
+		for y := 0.0; y <= yTop+yStep/2; y += yStep {
+			yTicks = append(yTicks, y)
+		}
+		yLabel = func(y float64) string { return formatTick(y, yStep) }
 	}
 
 	fmt.Fprintf(&b, `<?xml version="1.0" encoding="UTF-8"?>
@@ -66,26 +86,26 @@ func (p *plot) writeSVG(w io.Writer) error {
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>
 `)
 	fmt.Fprintf(&b, `<text x="%d" y="30" font-size="17" font-weight="bold" text-anchor="middle">%s</text>
-`, plotWidth/2, esc(p.title))
+`, plotWidth/2, esc(p.Title))
 	fmt.Fprintf(&b, `<text x="%d" y="50" font-size="12" fill="%s" text-anchor="middle">%s</text>
-`, plotWidth/2, mutedColor, esc(p.subtitle))
+`, plotWidth/2, mutedColor, esc(p.Subtitle))
 
 	// Grid and ticks.
-	for y := 0.0; y <= yTop+yStep/2; y += yStep {
+	for _, y := range yTicks {
 		py := sy(y)
 		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s"/>
 `, plotLeft, py, plotRight, py, gridColor)
 		fmt.Fprintf(&b, `<text x="%d" y="%.1f" font-size="12" text-anchor="end" dominant-baseline="middle">%s</text>
-`, plotLeft-8, py, esc(formatTick(y, yStep)))
+`, plotLeft-8, py, esc(yLabel(y)))
 	}
-	for i, x := range p.xTicks {
+	for i, x := range p.XTicks {
 		px := sx(x)
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="%s"/>
 `, px, plotTop, px, plotBottom, gridColor)
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="%s"/>
 `, px, plotBottom, px, plotBottom+5, axisColor)
 		fmt.Fprintf(&b, `<text x="%.1f" y="%d" font-size="12" text-anchor="middle">%s</text>
-`, px, plotBottom+20, esc(p.xTickLabels[i]))
+`, px, plotBottom+20, esc(p.XTickLabels[i]))
 	}
 
 	// Axes and their labels.
@@ -93,36 +113,36 @@ func (p *plot) writeSVG(w io.Writer) error {
 <line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s"/>
 `, plotLeft, plotTop, plotLeft, plotBottom, axisColor, plotLeft, plotBottom, plotRight, plotBottom, axisColor)
 	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="13" text-anchor="middle">%s</text>
-`, (plotLeft+plotRight)/2, plotBottom+45, esc(p.xLabel))
+`, (plotLeft+plotRight)/2, plotBottom+45, esc(p.XLabel))
 	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="13" text-anchor="middle" transform="rotate(-90 %d %d)">%s</text>
-`, 25, (plotTop+plotBottom)/2, 25, (plotTop+plotBottom)/2, esc(p.yLabel))
+`, 25, (plotTop+plotBottom)/2, 25, (plotTop+plotBottom)/2, esc(p.YLabel))
 
 	// Lines, markers and legend.
-	for i, s := range p.series {
+	for i, s := range p.Series {
 		color := seriesColors[i%len(seriesColors)]
 		dash := ""
-		if s.baseline {
+		if s.Baseline {
 			dash = ` stroke-dasharray="7 4"`
 		}
-		if len(s.xs) > 1 {
+		if len(s.Xs) > 1 {
 			var pts []string
-			for j := range s.xs {
-				pts = append(pts, fmt.Sprintf("%.1f,%.1f", sx(s.xs[j]), sy(s.ys[j])))
+			for j := range s.Xs {
+				pts = append(pts, fmt.Sprintf("%.1f,%.1f", sx(s.Xs[j]), sy(s.Ys[j])))
 			}
 			fmt.Fprintf(&b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="%d"%s/>
 `, strings.Join(pts, " "), color, lineWidth, dash)
 		}
-		for j := range s.xs {
+		for j := range s.Xs {
 			fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="%.1f" fill="%s"/>
-`, sx(s.xs[j]), sy(s.ys[j]), markerSize, color)
+`, sx(s.Xs[j]), sy(s.Ys[j]), markerSize, color)
 		}
 
 		ly := plotTop + 10 + i*legendSpace
 		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="%d"%s/>
 <circle cx="%d" cy="%d" r="%.1f" fill="%s"/>
 `, legendLeft, ly, legendLeft+28, ly, color, lineWidth, dash, legendLeft+14, ly, markerSize, color)
-		name := s.name
-		if s.failed {
+		name := s.Name
+		if s.Failed {
 			name += " (failed)"
 		}
 		fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="13" dominant-baseline="middle">%s</text>
@@ -135,18 +155,18 @@ func (p *plot) writeSVG(w io.Writer) error {
 
 // xDomain returns the range of log10(x) the x axis spans: the ticks and
 // points with a margin.
-func (p *plot) xDomain() (lo, hi float64) {
+func (p *Plot) xDomain() (lo, hi float64) {
 	lo, hi = math.Inf(1), math.Inf(-1)
 	see := func(x float64) {
 		if x > 0 {
 			lo, hi = min(lo, math.Log10(x)), max(hi, math.Log10(x))
 		}
 	}
-	for _, x := range p.xTicks {
+	for _, x := range p.XTicks {
 		see(x)
 	}
-	for _, s := range p.series {
-		for _, x := range s.xs {
+	for _, s := range p.Series {
+		for _, x := range s.Xs {
 			see(x)
 		}
 	}
@@ -162,14 +182,54 @@ func (p *plot) xDomain() (lo, hi float64) {
 }
 
 // yMax returns the largest y value plotted.
-func (p *plot) yMax() float64 {
+func (p *Plot) yMax() float64 {
 	m := 0.0
-	for _, s := range p.series {
-		for _, y := range s.ys {
+	for _, s := range p.Series {
+		for _, y := range s.Ys {
 			m = max(m, y)
 		}
 	}
 	return m
+}
+
+// yLogDomain returns the range of log10(y) a logarithmic y axis spans:
+// whole decades around the points, at least one.
+func (p *Plot) yLogDomain() (lo, hi float64) {
+	lo, hi = math.Inf(1), math.Inf(-1)
+	for _, s := range p.Series {
+		for _, y := range s.Ys {
+			if y > 0 {
+				lo, hi = min(lo, math.Log10(y)), max(hi, math.Log10(y))
+			}
+		}
+	}
+	if math.IsInf(lo, 1) {
+		return 0, 1
+	}
+	lo, hi = math.Floor(lo), math.Ceil(hi)
+	if hi <= lo {
+		hi = lo + 1
+	}
+	return lo, hi
+}
+
+// logTicks returns the ticks of a logarithmic axis from 10^lo to 10^hi:
+// 1, 2 and 5 times each power of ten when it spans up to three decades,
+// the powers of ten alone when it spans more.
+func logTicks(lo, hi float64) []float64 {
+	steps := []float64{1, 2, 5}
+	if hi-lo > 3 {
+		steps = []float64{1}
+	}
+	var ticks []float64
+	for e := lo; e <= hi; e++ {
+		for _, m := range steps {
+			if t := m * math.Pow(10, e); math.Log10(t) <= hi+1e-9 {
+				ticks = append(ticks, t)
+			}
+		}
+	}
+	return ticks
 }
 
 // niceScale returns the top of a linear axis from zero that holds max with

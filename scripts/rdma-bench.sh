@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# Measures rubin's RDMA transport against perftest and against its TCP
+# transport, over a real RDMA stack: Soft-RoCE in a throw-away virtual
+# machine (scripts/rdmavm.sh), so it needs no RDMA hardware:
+#
+#   scripts/rdma-bench.sh [-quick] [-write] [-wait] [-- rdmabench flags]
+#
+# It builds cmd/echo and benchmarks/rdmabench on the host, boots one
+# machine and runs rdmabench there (see its package comment for what it
+# measures and how), which prints its tables. With -write it also writes
+# the report to docs/benchmarks-rdma.md and the plot to
+# docs/latency-vs-size-rdma.svg. The whole run takes 2-3 minutes here
+# (software emulation); -quick is the small run for CI, under a minute.
+# -wait first waits, for up to ten minutes, until no other virtual machine
+# runs on the host. Flags after -- go to rdmabench, for instance
+# -- -contenders perftest,tcp-channel -rounds 5.
+#
+# The guest's own writes vanish when it powers off (its file system is an
+# overlay in memory), so rdmabench writes the report inside the guest and
+# this script prints it, base64-encoded, between marker lines on the
+# guest's standard output, from which the host takes it.
+#
+# Under emulation only ratios measured side by side in one run mean
+# anything, and even those move when the host's CPUs are busy elsewhere:
+# the script warns, and notes it in the report, when other virtual
+# machines run beside this one.
+#
+# Settings (environment), besides scripts/rdmavm.sh's RDMAVM_*, with these
+# defaults: RDMAVM_MEM=2048 (every connection registers memory),
+# RDMAVM_CMD_TIMEOUT=900, RDMAVM_TIMEOUT=1000, RDMAVM_STATS=1.
+set -euo pipefail
+
+# Where -write puts the report and the plot, from the repository root.
+md_out=docs/benchmarks-rdma.md
+svg_out=docs/latency-vs-size-rdma.svg
+
+# Marker lines around each file the guest hands back.
+begin_marker="==> rdma-bench: begin file"
+end_marker="==> rdma-bench: end file"
+
+usage() {
+	echo "usage: $0 [-quick] [-write] [-wait] [-- rdmabench flags]" >&2
+	exit 2
+}
+
+# in_vm runs in the guest: rdmabench, built in $1, with the flags that
+# follow; if they ask for a report (-md, -svg into $1's guest-side out
+# directory), it prints the files between markers.
+in_vm() {
+	local work=$1 out=/tmp/rdma-bench-out f
+	shift
+	mkdir -p "$out"
+	"$work/rdmabench" -echo "$work/echo" "$@"
+	for f in "$out"/*; do
+		[[ -e $f ]] || continue
+		printf '%s %s\n' "$begin_marker" "${f##*/}"
+		base64 -w 76 "$f"
+		printf '%s %s\n' "$end_marker" "${f##*/}"
+	done
+}
+
+if [[ ${1:-} == --in-vm ]]; then
+	[[ $# -ge 2 && ${RDMAVM:-} == 1 ]] || { echo "$0 --in-vm is for scripts/rdmavm.sh's guest" >&2; exit 2; }
+	shift
+	in_vm "$@"
+	exit
+fi
+
+# other_vms prints how many qemu processes run on this host that this
+# script did not start.
+other_vms() {
+	local n=0 pid p
+	for pid in $(pgrep -f '^qemu-system' || true); do
+		p=$pid
+		while [[ $p -gt 1 && $p -ne $$ ]]; do
+			p=$(awk '{ print $4 }' "/proc/$p/stat" 2>/dev/null) || break
+		done
+		[[ $p -eq $$ ]] || n=$((n + 1))
+	done
+	echo "$n"
+}
+
+quick=""
+write=""
+wait=""
+extra=()
+while [[ $# -gt 0 ]]; do
+	case $1 in
+	-quick | --quick) quick=-quick ;;
+	-write | --write) write=-write ;;
+	-wait | --wait) wait=-wait ;;
+	--)
+		shift
+		extra=("$@")
+		break
+		;;
+	*) usage ;;
+	esac
+	shift
+done
+
+# shellcheck source=scripts/lib.sh
+source "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
+setup
+
+export RDMAVM_MEM=${RDMAVM_MEM:-2048}
+export RDMAVM_CMD_TIMEOUT=${RDMAVM_CMD_TIMEOUT:-900}
+export RDMAVM_TIMEOUT=${RDMAVM_TIMEOUT:-1000}
+export RDMAVM_STATS=${RDMAVM_STATS:-1}
+
+work=$(mktemp -d /tmp/rubin-rdma-bench.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+section "build the echo command and rdmabench"
+go build -o "$work/echo" ./cmd/echo || die "cannot build ./cmd/echo"
+go build -o "$work/rdmabench" ./benchmarks/rdmabench || die "cannot build ./benchmarks/rdmabench"
+
+args=()
+[[ -z $quick ]] || args+=(-quick)
+if [[ -n $write ]]; then
+	generated="scripts/rdma-bench.sh${quick:+ $quick} -write"
+	[[ ${#extra[@]} -eq 0 ]] || generated+=" -- ${extra[*]}"
+	args+=(-md /tmp/rdma-bench-out/"${md_out##*/}" -svg /tmp/rdma-bench-out/"${svg_out##*/}" -generated-by "$generated")
+fi
+
+# Other virtual machines on this host take CPU time from this one's, and
+# emulated CPUs that lose time distort the ratios: wait for them to end if
+# asked to, and watch for them during the run.
+if [[ -n $wait ]]; then
+	waited=0
+	while [[ $(other_vms) -gt 0 && $waited -lt 600 ]]; do
+		((waited == 0)) && echo "waiting (at most 10 minutes) for other virtual machines on this host to finish"
+		sleep 5
+		waited=$((waited + 5))
+	done
+fi
+others=$(other_vms)
+if [[ $others -gt 0 ]]; then
+	echo "warning: $others other virtual machine(s) run on this host: the figures may be distorted (-wait waits for them)" >&2
+fi
+(
+	while sleep 2; do
+		n=$(other_vms)
+		[[ $n -eq 0 ]] || echo "$n" >>"$work/contention"
+	done
+) &
+watcher=$!
+trap 'kill "$watcher" 2>/dev/null || true; rm -rf "$work"' EXIT
+args+=("${extra[@]}")
+
+section "run rdmabench in a Soft-RoCE VM${quick:+ (quick)}"
+# The guest's standard output goes to the terminal without the files'
+# base64 lines, and whole to vm.out for extract below.
+set +e
+bash scripts/rdmavm.sh "bash $(printf '%q' "$repo_root/scripts/rdma-bench.sh") --in-vm $(printf '%q ' "$work" "${args[@]}")" |
+	tee "$work/vm.out" |
+	awk -v b="$begin_marker" -v e="$end_marker" 'index($0, b) == 1 { skip = 1 } !skip { print } index($0, e) == 1 { skip = 0 }'
+rc=${PIPESTATUS[0]}
+set -e
+kill "$watcher" 2>/dev/null || true
+case $rc in
+0) ;;
+124) die "rdmabench did not finish within RDMAVM_CMD_TIMEOUT=${RDMAVM_CMD_TIMEOUT}s" ;;
+125) die "the Soft-RoCE VM failed (see above): rdmabench did not run, or did not finish" ;;
+*) die "rdmabench failed (exit status $rc)" ;;
+esac
+contention=""
+if [[ -s $work/contention ]]; then
+	contention="other virtual machines (up to $(sort -n "$work/contention" | tail -n 1)) ran on the host during about $(($(wc -l <"$work/contention") * 2))s of this run, taking CPU time from it: the figures are distorted; rerun on a quiet host"
+	echo "warning: $contention" >&2
+fi
+
+[[ -n $write ]] || exit 0
+section "write the report"
+# extract prints the lines between the markers of file $1, decoded.
+extract() {
+	awk -v b="$begin_marker $1" -v e="$end_marker $1" '$0 == e { on = 0 } on { print } $0 == b { on = 1 }' "$work/vm.out" |
+		tr -d '\r' | base64 -d
+}
+for path in "$md_out" "$svg_out"; do
+	extract "${path##*/}" >"$work/${path##*/}" || die "cannot decode ${path##*/} from the guest's output"
+	[[ -s $work/${path##*/} ]] || die "the guest printed no ${path##*/}"
+done
+if [[ -n $contention ]]; then
+	# The guest could not see it: add it to the report's notes.
+	awk -v note="- **host:** $contention" '{ print } !done && /^- \*\*duration:\*\*/ { print note; done = 1 }' \
+		"$work/${md_out##*/}" >"$work/md.tmp" && mv "$work/md.tmp" "$work/${md_out##*/}"
+fi
+for path in "$md_out" "$svg_out"; do
+	cp "$work/${path##*/}" "$path"
+	echo "wrote $path"
+done
