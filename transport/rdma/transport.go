@@ -7,12 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/rubin-go/rubin/bufpool"
+	"github.com/rubin-go/rubin/internal/addr"
 	"github.com/rubin-go/rubin/selector"
 	"github.com/rubin-go/rubin/transport/rdma/internal/verbs"
 )
@@ -359,7 +359,7 @@ func (t *Transport) Dial(ctx context.Context, address string) (*Conn, error) {
 // FinishConnect. A Conn registered before its route is resolved uses the
 // completion queue of its selector. ctx bounds only the name resolution.
 func (t *Transport) Connect(ctx context.Context, address string) (*Conn, error) {
-	raddr, err := resolve(ctx, "dial", address)
+	raddr, err := addr.Resolve(ctx, "rdma", "dial", address)
 	if err != nil {
 		return nil, err
 	}
@@ -369,42 +369,11 @@ func (t *Transport) Connect(ctx context.Context, address string) (*Conn, error) 
 // Listen listens on address, in blocking mode. The address must be one of
 // an RDMA device (or unspecified: every device).
 func (t *Transport) Listen(ctx context.Context, address string) (*Listener, error) {
-	laddr, err := resolve(ctx, "listen", address)
+	laddr, err := addr.Resolve(ctx, "rdma", "listen", address)
 	if err != nil {
 		return nil, err
 	}
 	return t.listen(laddr)
-}
-
-func resolve(ctx context.Context, op, address string) (*net.TCPAddr, error) {
-	host, port, err := net.SplitHostPort(address)
-	if err != nil {
-		return nil, &net.OpError{Op: op, Net: "rdma", Err: err}
-	}
-	portNum, err := strconv.Atoi(port)
-	if err != nil || portNum < 0 || portNum > 65535 {
-		if portNum, err = net.DefaultResolver.LookupPort(ctx, "tcp", port); err != nil {
-			return nil, &net.OpError{Op: op, Net: "rdma", Err: err}
-		}
-	}
-	if host == "" {
-		return &net.TCPAddr{Port: portNum}, nil
-	}
-	if ip := net.ParseIP(host); ip != nil {
-		return &net.TCPAddr{IP: ip, Port: portNum}, nil
-	}
-	ips, err := net.DefaultResolver.LookupIPAddr(ctx, host)
-	if err != nil {
-		return nil, &net.OpError{Op: op, Net: "rdma", Err: err}
-	}
-	best := ips[0]
-	for _, ip := range ips {
-		if ip.IP.To4() != nil {
-			best = ip
-			break
-		}
-	}
-	return &net.TCPAddr{IP: best.IP, Port: portNum}, nil
 }
 
 // opError wraps an error the way package net does.

@@ -24,6 +24,7 @@ import (
 
 	"github.com/rubin-go/rubin/bufpool"
 	"github.com/rubin-go/rubin/channel"
+	"github.com/rubin-go/rubin/internal/addr"
 )
 
 // headerLen is the size of the length prefix of every message.
@@ -151,7 +152,7 @@ func (t *Transport) Dial(ctx context.Context, address string) (*Conn, error) {
 // mode whose connect is pending: register it for OpConnect and call
 // FinishConnect. ctx bounds only the name resolution.
 func (t *Transport) Connect(ctx context.Context, address string) (*Conn, error) {
-	raddr, err := resolve(ctx, "dial", address)
+	raddr, err := addr.Resolve(ctx, "tcp", "dial", address)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +180,7 @@ func (t *Transport) Connect(ctx context.Context, address string) (*Conn, error) 
 
 // Listen listens on address, in blocking mode.
 func (t *Transport) Listen(ctx context.Context, address string) (*Listener, error) {
-	laddr, err := resolve(ctx, "listen", address)
+	laddr, err := addr.Resolve(ctx, "tcp", "listen", address)
 	if err != nil {
 		return nil, err
 	}
@@ -207,48 +208,6 @@ func (t *Transport) Listen(ctx context.Context, address string) (*Listener, erro
 	l := &Listener{t: t, fd: sysfd{fd: fd}, laddr: localAddr(fd)}
 	l.blocking.Store(true)
 	return l, nil
-}
-
-func resolve(ctx context.Context, op, address string) (*net.TCPAddr, error) {
-	host, port, err := net.SplitHostPort(address)
-	if err != nil {
-		return nil, &net.OpError{Op: op, Net: "tcp", Err: err}
-	}
-	portNum, err := net.DefaultResolver.LookupPort(ctx, "tcp", port)
-	if err != nil {
-		return nil, &net.OpError{Op: op, Net: "tcp", Err: err}
-	}
-	if host == "" {
-		return &net.TCPAddr{Port: portNum}, nil
-	}
-	if ip, zone, ok := parseIP(host); ok {
-		return &net.TCPAddr{IP: ip, Port: portNum, Zone: zone}, nil
-	}
-	ips, err := net.DefaultResolver.LookupIPAddr(ctx, host)
-	if err != nil {
-		return nil, &net.OpError{Op: op, Net: "tcp", Err: err}
-	}
-	// Prefer an IPv4 address when the name has both.
-	best := ips[0]
-	for _, ip := range ips {
-		if ip.IP.To4() != nil {
-			best = ip
-			break
-		}
-	}
-	return &net.TCPAddr{IP: best.IP, Port: portNum, Zone: best.Zone}, nil
-}
-
-func parseIP(host string) (net.IP, string, bool) {
-	ip, zone := host, ""
-	for i := 0; i < len(host); i++ {
-		if host[i] == '%' {
-			ip, zone = host[:i], host[i+1:]
-			break
-		}
-	}
-	parsed := net.ParseIP(ip)
-	return parsed, zone, parsed != nil
 }
 
 // listenBacklog is the accept queue length asked for; the kernel caps it
