@@ -12,12 +12,13 @@ import (
 
 	"github.com/rubin-go/rubin/bufpool"
 	"github.com/rubin-go/rubin/channel"
+	"github.com/rubin-go/rubin/internal/anytransport"
 	"github.com/rubin-go/rubin/metrics"
 	"github.com/rubin-go/rubin/selector"
 )
 
-// Networks lists the transports Listen and Dial accept.
-var networks = []string{"tcp", "rdma"}
+// networks lists the transports Listen and Dial accept.
+var networks = anytransport.Networks
 
 // Config selects and tunes a transport. The zero value means TCP with
 // defaults. Configs are values: two equal Configs share one stack of

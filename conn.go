@@ -12,6 +12,7 @@ import (
 
 	"github.com/rubin-go/rubin/bufpool"
 	"github.com/rubin-go/rubin/channel"
+	"github.com/rubin-go/rubin/internal/anytransport"
 	"github.com/rubin-go/rubin/selectionkey"
 )
 
@@ -26,7 +27,7 @@ var errWouldBlock = channel.ErrWouldBlock
 // goroutine and waits for the poller only when the channel is full.
 type conn struct {
 	s   *stack
-	ch  chanConn
+	ch  anytransport.Conn
 	key *selectionkey.Key
 
 	done        chan struct{} // closed by Close
@@ -54,7 +55,7 @@ type conn struct {
 	wdl      deadline
 }
 
-func newConn(s *stack, ch chanConn) *conn {
+func newConn(s *stack, ch anytransport.Conn) *conn {
 	return &conn{
 		s:           s,
 		ch:          ch,

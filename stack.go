@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync/atomic"
 
+	"github.com/rubin-go/rubin/internal/anytransport"
 	"github.com/rubin-go/rubin/selectionkey"
 	"github.com/rubin-go/rubin/selector"
 )
@@ -14,7 +15,7 @@ import (
 // long as the process, like the runtime's network poller.
 type stack struct {
 	cfg     Config
-	tr      transport
+	tr      anytransport.Transport
 	pollers []*poller
 	next    atomic.Uint32
 }
@@ -31,7 +32,7 @@ type waiter interface {
 }
 
 func newStack(cfg Config) (*stack, error) {
-	tr, err := newTransport(cfg)
+	tr, err := anytransport.Open(cfg.Transport, anytransport.Config{MaxMessageSize: cfg.MaxMessageSize, SpinBudget: cfg.SpinBudget})
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +76,7 @@ func (s *stack) pick() *poller {
 // selector when the connect completes (RDMA: its queue pair to the
 // selector's completion queue) binds it to that poller's.
 func (s *stack) dial(ctx context.Context, address string) (net.Conn, error) {
-	ch, err := s.tr.connect(ctx, address)
+	ch, err := s.tr.Connect(ctx, address)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +92,7 @@ func (s *stack) dial(ctx context.Context, address string) (net.Conn, error) {
 }
 
 func (s *stack) listen(ctx context.Context, address string) (net.Listener, error) {
-	ln, err := s.tr.listen(ctx, address)
+	ln, err := s.tr.Listen(ctx, address)
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +111,7 @@ func (s *stack) listen(ctx context.Context, address string) (net.Listener, error
 // register puts a channel, connected or with its connect pending, in
 // non-blocking mode and registers it with p's selector for ops, with its
 // net.Conn face as the attachment. It closes the channel if it fails.
-func (s *stack) register(ch chanConn, p *poller, ops selectionkey.Ops) (*conn, error) {
+func (s *stack) register(ch anytransport.Conn, p *poller, ops selectionkey.Ops) (*conn, error) {
 	c := newConn(s, ch)
 	if err := ch.SetBlocking(false); err != nil {
 		ch.Close()
@@ -136,7 +137,7 @@ func (s *stack) stats() Stats {
 // listener is the net.Listener face of a transport listener.
 type listener struct {
 	s      *stack
-	ln     chanListener
+	ln     anytransport.Listener
 	p      *poller // the poller ln is registered with
 	key    *selectionkey.Key
 	signal chan struct{} // OpAccept seen
@@ -152,7 +153,7 @@ func (l *listener) ready(k *selectionkey.Key) {
 // Accept waits for and returns the next connection.
 func (l *listener) Accept() (net.Conn, error) {
 	for {
-		ch, err := l.ln.accept()
+		ch, err := l.ln.AcceptConn()
 		if err == nil {
 			return l.serve(ch)
 		}
@@ -172,9 +173,9 @@ func (l *listener) Accept() (net.Conn, error) {
 
 // serve registers an accepted channel with a poller for reading: the
 // listener's own if the transport bound the channel to it, else the next.
-func (l *listener) serve(ch chanConn) (net.Conn, error) {
+func (l *listener) serve(ch anytransport.Conn) (net.Conn, error) {
 	p := l.p
-	if !l.s.tr.acceptsOnListenerSelector() {
+	if !l.s.tr.AcceptsOnListenerSelector() {
 		p = l.s.pick()
 	}
 	c, err := l.s.register(ch, p, selectionkey.OpRead)

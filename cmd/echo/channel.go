@@ -5,16 +5,28 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"strings"
 	"time"
 
 	"github.com/rubin-go/rubin/bufpool"
 	"github.com/rubin-go/rubin/channel"
+	"github.com/rubin-go/rubin/internal/anytransport"
 	"github.com/rubin-go/rubin/selectionkey"
 	"github.com/rubin-go/rubin/selector"
 )
 
 func init() {
 	registerAPI("channel", api{serve: serveChannel, client: runChannelClient, spin: true})
+}
+
+// openTransport opens the transport the -transport value names.
+func openTransport(network string) (anytransport.Transport, error) {
+	tr, err := anytransport.Open(network, anytransport.Config{})
+	if _, unknown := err.(net.UnknownNetworkError); unknown {
+		return nil, fmt.Errorf("unknown transport %q (available: %s)", network, strings.Join(anytransport.Networks, ", "))
+	}
+	return tr, err
 }
 
 // receiveBurst bounds the messages a server takes from one connection per
@@ -27,12 +39,12 @@ const receiveBurst = 64
 // connections, accepted from a listener registered with the selector, use
 // its completion queue.
 func serveChannel(ctx context.Context, cfg serverConfig) error {
-	tr, err := newTransport(cfg.network)
+	tr, err := openTransport(cfg.network)
 	if err != nil {
 		return fmt.Errorf("api channel: %w", err)
 	}
 	defer tr.Close()
-	ln, err := tr.listen(ctx, cfg.addr)
+	ln, err := tr.Listen(ctx, cfg.addr)
 	if err != nil {
 		return err
 	}
@@ -66,7 +78,7 @@ func serveChannel(ctx context.Context, cfg serverConfig) error {
 				}
 				continue
 			}
-			c := k.Channel().(chanConn)
+			c := k.Channel().(anytransport.Conn)
 			if err := echoReady(k, c); err != nil {
 				if !errors.Is(err, io.EOF) {
 					cfg.log.Printf("connection from %v: %v", c.RemoteAddr(), err)
@@ -79,9 +91,9 @@ func serveChannel(ctx context.Context, cfg serverConfig) error {
 }
 
 // acceptAll accepts every pending connection and registers it for reading.
-func acceptAll(ln chanListener, sel *selector.Selector) error {
+func acceptAll(ln anytransport.Listener, sel *selector.Selector) error {
 	for {
-		c, err := ln.accept()
+		c, err := ln.AcceptConn()
 		if errors.Is(err, channel.ErrWouldBlock) {
 			return nil
 		}
@@ -103,7 +115,7 @@ func acceptAll(ln chanListener, sel *selector.Selector) error {
 // socket cannot take yet waits as the key's attachment, with reading
 // paused until the connection is writable again: a client that does not
 // read makes the server stop reading, not queue without bound.
-func echoReady(k *selectionkey.Key, c chanConn) error {
+func echoReady(k *selectionkey.Key, c anytransport.Conn) error {
 	if b, ok := k.Attachment().(*bufpool.Buffer); ok && k.IsWritable() {
 		if err := c.Send(b); errors.Is(err, channel.ErrWouldBlock) {
 			return nil
@@ -159,7 +171,7 @@ func closeAll(sel *selector.Selector) {
 // attachment.
 type clientConn struct {
 	id       int
-	c        chanConn
+	c        anytransport.Conn
 	inFlight []inFlight // ring of sent, unechoed messages, oldest at head
 	head     int
 	count    int
@@ -172,7 +184,7 @@ type clientConn struct {
 // its connect is pending, so that over RDMA it uses the selector's
 // completion queue.
 func runChannelClient(ctx context.Context, cfg clientConfig, rec *recorder) error {
-	tr, err := newTransport(cfg.network)
+	tr, err := openTransport(cfg.network)
 	if err != nil {
 		return fmt.Errorf("api channel: %w", err)
 	}
@@ -189,7 +201,7 @@ func runChannelClient(ctx context.Context, cfg clientConfig, rec *recorder) erro
 	defer stop()
 
 	for i := range cfg.conns {
-		c, err := tr.connect(ctx, cfg.addr)
+		c, err := tr.Connect(ctx, cfg.addr)
 		if err != nil {
 			return fmt.Errorf("connection %d: %w", i, err)
 		}

@@ -49,6 +49,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/rubin-go/rubin/internal/anytransport"
 )
 
 func main() {
@@ -153,7 +155,7 @@ type commonFlags struct {
 }
 
 func (c *commonFlags) register(fs *flag.FlagSet, defaultAddr string) {
-	fs.StringVar(&c.transport, "transport", "tcp", "transport: "+strings.Join(transports, " or "))
+	fs.StringVar(&c.transport, "transport", "tcp", "transport: "+strings.Join(anytransport.Networks, " or "))
 	fs.StringVar(&c.api, "api", "conn", "api: "+strings.Join(apiNames(), ", "))
 	fs.StringVar(&c.addr, "addr", defaultAddr, "address, HOST:PORT")
 	fs.DurationVar(&c.spin, "spin", 0, "busy-poll budget before sleeping, for apis that have one")
