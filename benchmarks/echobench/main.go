@@ -34,7 +34,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -115,15 +114,15 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		}
 	}
 
-	cfg.apis = splitList(*apis)
+	cfg.apis = benchkit.SplitList(*apis)
 	if len(cfg.apis) == 0 {
 		return nil, errors.New("-apis is empty")
 	}
 	var err error
-	if cfg.sizes, err = parseInts("sizes", *sizes); err != nil {
+	if cfg.sizes, err = benchkit.ParseInts("sizes", *sizes); err != nil {
 		return nil, err
 	}
-	if cfg.conns, err = parseInts("conns", *conns); err != nil {
+	if cfg.conns, err = benchkit.ParseInts("conns", *conns); err != nil {
 		return nil, err
 	}
 	switch {
@@ -137,36 +136,6 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, fmt.Errorf("-timeout %v is not positive", cfg.timeout)
 	}
 	return &cfg, nil
-}
-
-// splitList splits a comma-separated list, dropping empty items and
-// duplicates.
-func splitList(s string) []string {
-	var out []string
-	for item := range strings.SplitSeq(s, ",") {
-		item = strings.TrimSpace(item)
-		if item != "" && !slices.Contains(out, item) {
-			out = append(out, item)
-		}
-	}
-	return out
-}
-
-// parseInts parses a comma-separated list of positive integers, sorted.
-func parseInts(name, s string) ([]int, error) {
-	var out []int
-	for _, item := range splitList(s) {
-		v, err := strconv.Atoi(item)
-		if err != nil || v < 1 {
-			return nil, fmt.Errorf("-%s: %q is not a positive integer", name, item)
-		}
-		out = append(out, v)
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("-%s is empty", name)
-	}
-	slices.Sort(out)
-	return out, nil
 }
 
 // messages returns the measured messages of a run at p.

@@ -67,7 +67,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -172,7 +171,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		}
 	}
 
-	for _, name := range splitList(*contenders) {
+	for _, name := range benchkit.SplitList(*contenders) {
 		i := slices.IndexFunc(allContenders, func(c contender) bool { return c.name == name })
 		if i < 0 {
 			return nil, fmt.Errorf("-contenders: unknown contender %q", name)
@@ -188,7 +187,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 			slices.IndexFunc(allContenders, func(c contender) bool { return c.name == b.name })
 	})
 	var err error
-	if cfg.sizes, err = parseInts("sizes", *sizes); err != nil {
+	if cfg.sizes, err = benchkit.ParseInts("sizes", *sizes); err != nil {
 		return nil, err
 	}
 	switch {
@@ -210,36 +209,6 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, fmt.Errorf("-timeout %v is not positive", cfg.timeout)
 	}
 	return &cfg, nil
-}
-
-// splitList splits a comma-separated list, dropping empty items and
-// duplicates.
-func splitList(s string) []string {
-	var out []string
-	for item := range strings.SplitSeq(s, ",") {
-		item = strings.TrimSpace(item)
-		if item != "" && !slices.Contains(out, item) {
-			out = append(out, item)
-		}
-	}
-	return out
-}
-
-// parseInts parses a comma-separated list of positive integers, sorted.
-func parseInts(name, s string) ([]int, error) {
-	var out []int
-	for _, item := range splitList(s) {
-		v, err := strconv.Atoi(item)
-		if err != nil || v < 1 {
-			return nil, fmt.Errorf("-%s: %q is not a positive integer", name, item)
-		}
-		out = append(out, v)
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("-%s is empty", name)
-	}
-	slices.Sort(out)
-	return out, nil
 }
 
 // latencyMessages returns the measured messages of a latency run at size:
