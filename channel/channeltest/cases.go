@@ -779,10 +779,14 @@ func testEOFNonBlocking(e *env) {
 // testClosedErrors checks the errors of operations on closed channels and
 // that Close is idempotent.
 func testClosedErrors(e *env) {
-	a, _ := e.pair()
+	a, b := e.pair()
 	if err := a.Close(); err != nil {
 		e.Fatalf("%s: Close: %v", e.f.Name, err)
 	}
+	// With both ends closed and their buffers back, the pool is quiet:
+	// what Send does to it below is all that changes it.
+	b.Close()
+	e.awaitPoolBack()
 	for range 2 {
 		if err := a.Close(); err != nil {
 			e.Errorf("%s: Close of a closed Conn = %v; want nil (Close is idempotent)", e.f.Name, err)

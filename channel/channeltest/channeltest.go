@@ -116,6 +116,10 @@ type env struct {
 	mu      sync.Mutex
 	closers []io.Closer
 
+	// base is how many of the pool's buffers were in use when the test
+	// started.
+	base int
+
 	// state, if set, describes the test's progress when a select loop
 	// times out.
 	state func() string
@@ -123,12 +127,10 @@ type env struct {
 
 func newEnv(t *testing.T, f Factory) *env {
 	leakcheck.Check(t) // first, so that it runs after everything is closed
-	base := f.Pool.Stats().InUse
-	e := &env{T: t, f: f}
+	e := &env{T: t, f: f, base: f.Pool.Stats().InUse}
 	t.Cleanup(func() {
 		e.closeAll()
-		e.waitFor("the pool to get its buffers back", func() bool { return f.Pool.Stats().InUse <= base },
-			func() string { return fmt.Sprintf("%d buffers in use, %d at start", f.Pool.Stats().InUse, base) })
+		e.awaitPoolBack()
 	})
 	watchdog := time.AfterFunc(testTimeout, func() {
 		t.Errorf("%s: test still running after %v; closing its channels", f.Name, testTimeout)
@@ -157,6 +159,15 @@ func (e *env) closeAll() {
 
 // waitFor polls cond until it holds; after patience it fails the test
 // with what state reports.
+// awaitPoolBack waits until the channels the test closed have given the
+// pool back every buffer they held; a transport may release them after
+// Close returns, as the RDMA transport does once its receives are flushed.
+func (e *env) awaitPoolBack() {
+	pool := e.f.Pool
+	e.waitFor("the pool to get its buffers back", func() bool { return pool.Stats().InUse <= e.base },
+		func() string { return fmt.Sprintf("%d buffers in use, %d at start", pool.Stats().InUse, e.base) })
+}
+
 func (e *env) waitFor(what string, cond func() bool, state func() string) {
 	e.Helper()
 	deadline := time.Now().Add(patience)
