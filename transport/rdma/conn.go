@@ -43,6 +43,7 @@ type Conn struct {
 	laddr    atomic.Pointer[net.TCPAddr]
 	raddr    atomic.Pointer[net.TCPAddr]
 	blocking atomic.Bool
+	max      atomic.Int64 // largest message in either direction
 	reg      atomic.Pointer[selector.Registration]
 	listener *Listener // for a passive connection until it is accepted
 
@@ -58,10 +59,8 @@ type Conn struct {
 	err       error // why the connection broke
 	closed    bool  // Close was called
 	torn      bool  // resources released
-	max       int   // largest message in either direction
 	peerDone  bool
 	peerFIN   bool
-	opened    bool
 	finished  bool   // FinishConnect reported the connect done
 	peerHello []byte // a passive connection's, from the connect request
 	connTimer *time.Timer
@@ -96,17 +95,14 @@ type Conn struct {
 	rwrs    [verbs.Batch]verbs.Recv
 	inlined []*bufpool.Buffer // sent inline by the post in progress
 
-	readWait, writeWait, connWait chan struct{}
+	readq, writeq, connq waitq // blocked Receive, Send and Flush, connect
 }
 
 func (t *Transport) newConn(raddr *net.TCPAddr) (*Conn, error) {
 	c := &Conn{
-		t:         t,
-		max:       t.cfg.MaxMessageSize,
-		readWait:  make(chan struct{}, 1),
-		writeWait: make(chan struct{}, 1),
-		connWait:  make(chan struct{}, 1),
+		t: t,
 	}
+	c.max.Store(int64(t.cfg.MaxMessageSize))
 	if raddr != nil {
 		c.raddr.Store(raddr)
 	}
@@ -313,7 +309,7 @@ func (c *Conn) postReceives() {
 				c.retry = time.AfterFunc(time.Millisecond, func() {
 					c.mu.Lock()
 					c.retry = nil
-					c.postReceives()
+					c.refillLocked()
 					c.mu.Unlock()
 				})
 			}
@@ -331,6 +327,13 @@ func (c *Conn) postReceives() {
 		}
 		c.posted += n
 	}
+}
+
+// refillLocked posts fresh receives into the empty slots and sends the
+// credits that waited for them. The caller holds c.mu.
+func (c *Conn) refillLocked() {
+	c.postReceives()
+	c.pump()
 }
 
 // established completes the connection's handshake with the peer's hello.
@@ -352,7 +355,7 @@ func (c *Conn) established(private []byte, sink *selector.Sink) {
 		return
 	}
 	c.state = stateEstablished
-	c.max = min(c.t.cfg.MaxMessageSize, h.maxMessage)
+	c.max.Store(int64(min(c.t.cfg.MaxMessageSize, h.maxMessage)))
 	c.credits += h.credits
 	c.ctrl += h.ctrlCredits
 	c.maxCredits = h.maxCredits
@@ -367,7 +370,6 @@ func (c *Conn) established(private []byte, sink *selector.Sink) {
 	if c.raddr.Load() == nil {
 		c.raddr.Store(c.id.PeerAddr())
 	}
-	c.opened = true
 	if c.connTimer != nil {
 		c.connTimer.Stop()
 	}
@@ -604,7 +606,7 @@ func (c *Conn) disconnectLocked() {
 	}
 	// A marker send after the flush: its completion comes after every
 	// earlier one of the queue pair.
-	c.postLocked(nil, imm{control: true}, true)
+	c.postControl(imm{control: true}, true)
 }
 
 // checkDrained tears the connection down if it is closed and every work
@@ -663,17 +665,19 @@ func (c *Conn) send(b *bufpool.Buffer) error {
 			}
 			return nil
 		}
-		c.mu.Unlock()
 		if err == nil && !c.blocking.Load() {
 			err = channel.ErrWouldBlock
 		}
 		if err != nil {
+			c.mu.Unlock()
 			if own != b {
 				own.Release()
 			}
 			return err
 		}
-		c.wait(c.writeWait)
+		ch := c.writeq.arm()
+		c.mu.Unlock()
+		c.wait(ch)
 	}
 }
 
@@ -734,20 +738,17 @@ func (c *Conn) pump() bool {
 			c.finSent = true
 			m := c.takeGrants(true)
 			m.fin, m.paid = true, paid
-			c.postLocked(nil, m, true)
+			c.postControl(m, true)
 		}
 	case c.updateDue():
 		if paid, ok := c.spendControl(); ok {
 			m := c.takeGrants(true)
 			m.paid = paid
-			c.postLocked(nil, m, false)
+			c.postControl(m, false)
 		}
 	}
 	if had && c.queue.len() == 0 {
-		select {
-		case c.writeWait <- struct{}{}:
-		default:
-		}
+		c.writeq.wake()
 		return true
 	}
 	return false
@@ -776,39 +777,52 @@ func (c *Conn) spendControl() (paid, ok bool) {
 // credit update, since no message is going to carry them: half the window
 // is waiting, or the peer has none left.
 func (c *Conn) updateDue() bool {
-	if c.toReturn == 0 && c.ctrlOwed == 0 {
-		return false
+	g := min(c.toReturn, c.room())
+	return g > 0 && (g >= max(1, c.peerCredits/2) || c.granted == 0)
+}
+
+// room is how many posted receives the peer holds no credit for: what
+// may be granted now. Credits never run ahead of posted receives, so a
+// receive that waits for a buffer (or for the end of a batch of
+// completions) holds its credit back. A shared receive queue keeps its
+// own account.
+func (c *Conn) room() int {
+	if c.eng.srq != nil {
+		return maxGrant
 	}
-	if c.toReturn == 0 {
-		return false // a restored control credit rides on the next message
-	}
-	return c.toReturn >= max(1, c.peerCredits/2) || c.granted == 0
+	return max(0, c.posted-c.granted-(ctrlCredits-c.ctrlOwed))
 }
 
 // takeGrants collects the credits to return with the next message. With
 // a shared receive queue, a peer that uses its credits gets more while the
 // queue has some to spare, up to PeerCredits.
 func (c *Conn) takeGrants(control bool) imm {
-	m := imm{control: control, ctrl: min(c.ctrlOwed, maxCtrlGrant)}
+	room := c.room()
+	m := imm{control: control, ctrl: min(c.ctrlOwed, maxCtrlGrant, room)}
 	c.ctrlOwed -= m.ctrl
-	g := c.toReturn + c.quiet
-	c.toReturn, c.quiet = 0, 0
+	room -= m.ctrl
+	var g int
 	if c.eng.srq != nil {
 		// The returned receives went back to the queue when the
 		// application took the messages; take them, and maybe one more.
-		want := g
+		want := c.toReturn + c.quiet
+		c.toReturn, c.quiet = 0, 0
 		if c.granted+want < c.peerCredits && c.eng.srq.spare() {
 			want++
 		}
-		want = min(want, c.peerCredits-c.granted)
+		want = min(want, c.peerCredits-c.granted, maxGrant)
 		g = c.eng.srq.grant(want)
 		if g == 0 && c.granted == 0 {
 			// Every peer keeps one credit: take it back from the
 			// queue's reserve for newcomers.
 			g = c.eng.srq.grant(1)
 		}
+	} else {
+		g = min(c.toReturn+c.quiet, room, maxGrant)
+		fromData := min(c.toReturn, g)
+		c.toReturn -= fromData
+		c.quiet -= g - fromData
 	}
-	g = min(g, maxGrant)
 	c.granted += g
 	m.credits = g
 	return m
@@ -841,9 +855,9 @@ func (c *Conn) sendWR(b *bufpool.Buffer, m imm, last bool) verbs.Send {
 	return wr
 }
 
-// postLocked posts one payload-less send: a credit update, a FIN or the
+// postControl posts one payload-less send: a credit update, a FIN or the
 // drain marker.
-func (c *Conn) postLocked(_ *bufpool.Buffer, m imm, signaled bool) {
+func (c *Conn) postControl(m imm, signaled bool) {
 	wr := verbs.Send{WRID: wrSend | c.head, Imm: m.encode(), Flags: verbs.Inline}
 	c.sinceSignal++
 	if signaled || c.sinceSignal >= c.t.cfg.SignalEvery || c.head-c.tail+1 >= uint64(len(c.sq)) {
@@ -891,15 +905,17 @@ func (c *Conn) Flush() error {
 			return err
 		}
 		c.pump()
-		empty := c.queue.len() == 0
-		c.mu.Unlock()
-		if empty {
+		if c.queue.len() == 0 {
+			c.mu.Unlock()
 			return nil
 		}
 		if !c.blocking.Load() {
+			c.mu.Unlock()
 			return channel.ErrWouldBlock
 		}
-		c.wait(c.writeWait)
+		ch := c.writeq.arm()
+		c.mu.Unlock()
+		c.wait(ch)
 	}
 }
 
@@ -918,14 +934,16 @@ func (c *Conn) Receive() (*bufpool.Buffer, error) {
 			return b, nil
 		}
 		err := c.readErrLocked()
-		c.mu.Unlock()
+		if err == nil && !c.blocking.Load() {
+			err = channel.ErrWouldBlock
+		}
 		if err != nil {
+			c.mu.Unlock()
 			return nil, err
 		}
-		if !c.blocking.Load() {
-			return nil, channel.ErrWouldBlock
-		}
-		c.wait(c.readWait)
+		ch := c.readq.arm()
+		c.mu.Unlock()
+		c.wait(ch)
 	}
 }
 
@@ -1003,6 +1021,7 @@ func (c *Conn) awaitConnect(ctx context.Context) error {
 		if state == stateEstablished {
 			c.finished = true
 		}
+		wait := c.connq.arm()
 		c.mu.Unlock()
 		switch {
 		case closed:
@@ -1013,7 +1032,7 @@ func (c *Conn) awaitConnect(ctx context.Context) error {
 			return err
 		}
 		select {
-		case <-c.connWait:
+		case <-wait:
 		case <-ctx.Done():
 			return opError("dial", c.raddrOrNil(), ctx.Err())
 		}
@@ -1023,15 +1042,17 @@ func (c *Conn) awaitConnect(ctx context.Context) error {
 // signal reports ops ready to the connection's selector (through sink on
 // the selecting goroutine of that selector) and wakes blocked operations.
 func (c *Conn) signal(ops selectionkey.Ops, sink *selector.Sink) {
+	c.mu.Lock()
 	if ops&selectionkey.OpRead != 0 {
-		notify(c.readWait)
+		c.readq.wake()
 	}
 	if ops&selectionkey.OpWrite != 0 {
-		notify(c.writeWait)
+		c.writeq.wake()
 	}
 	if ops&selectionkey.OpConnect != 0 {
-		notify(c.connWait)
+		c.connq.wake()
 	}
+	c.mu.Unlock()
 	if r := c.reg.Load(); r != nil {
 		if sink != nil && sink.Selector() == r.Selector() {
 			sink.Ready(r, ops)
@@ -1041,11 +1062,12 @@ func (c *Conn) signal(ops selectionkey.Ops, sink *selector.Sink) {
 	}
 }
 
-// wait waits for a notification on ch. A channel in blocking mode whose
+// wait waits until ch, armed from one of the connection's wait queues, is
+// closed. A channel in blocking mode whose
 // queue pair uses the completion queue of an application's selector
 // cannot count on that selector to be selecting: it polls the queue
 // itself while it waits, backing off up to a millisecond.
-func (c *Conn) wait(ch chan struct{}) {
+func (c *Conn) wait(ch <-chan struct{}) {
 	c.mu.Lock()
 	e := c.eng
 	c.mu.Unlock()
@@ -1066,16 +1088,30 @@ func (c *Conn) wait(ch chan struct{}) {
 	}
 }
 
+// wake wakes every blocked operation. The caller holds c.mu.
 func (c *Conn) wake() {
-	notify(c.readWait)
-	notify(c.writeWait)
-	notify(c.connWait)
+	c.readq.wake()
+	c.writeq.wake()
+	c.connq.wake()
 }
 
-func notify(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
+// A waitq wakes all the goroutines waiting for one condition, so that
+// concurrent Receives (or Sends) never miss a wake-up: a waiter arms it
+// under the lock that guards the condition and waits on the channel after
+// unlocking; a change of the condition wakes it under that lock.
+type waitq struct{ ch chan struct{} }
+
+func (q *waitq) arm() <-chan struct{} {
+	if q.ch == nil {
+		q.ch = make(chan struct{})
+	}
+	return q.ch
+}
+
+func (q *waitq) wake() {
+	if q.ch != nil {
+		close(q.ch)
+		q.ch = nil
 	}
 }
 
@@ -1187,7 +1223,7 @@ func (c *Conn) teardown() {
 	for c.inbox.len() > 0 {
 		c.inbox.pop().Release()
 	}
-	opened := c.opened
+	opened := c.state == stateEstablished
 	c.mu.Unlock()
 	if c.qp.Valid() {
 		c.id.DestroyQP()
@@ -1234,11 +1270,7 @@ func (c *Conn) Pool() *bufpool.Pool { return c.t.pool }
 
 // MaxMessageSize implements channel.Conn: the smaller of the two sides'
 // largest messages once connected.
-func (c *Conn) MaxMessageSize() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.max
-}
+func (c *Conn) MaxMessageSize() int { return int(c.max.Load()) }
 
 // ValidOps implements selector.Selectable.
 func (c *Conn) ValidOps() selectionkey.Ops {

@@ -39,7 +39,6 @@ type engine struct {
 
 	// Guarded by t.mu.
 	refs    int                // queue pairs using the queue
-	orphan  bool               // served by the home selector: destroyed when refs drop to 0
 	sel     *selector.Selector // the selector the engine is a source of
 	cqeUsed int                // completion entries promised to queue pairs
 
@@ -57,7 +56,7 @@ type engine struct {
 	// Counters, for tests and debugging.
 	completions, strays, arms atomic.Uint64
 
-	home      atomic.Bool // polled by the transport's own selector
+	home      atomic.Bool // polled by the transport's own selector: destroyed when refs drop to 0
 	dying     atomic.Bool
 	gone      atomic.Bool // destroyed
 	destroyed sync.Once
@@ -73,7 +72,7 @@ func newEngine(t *Transport, dev *device, sel *selector.Selector) (*engine, erro
 		ch.Destroy()
 		return nil, fmt.Errorf("rdma: %w", err)
 	}
-	e := &engine{t: t, dev: dev, ch: ch, cq: cq, sel: sel, orphan: sel == t.home}
+	e := &engine{t: t, dev: dev, ch: ch, cq: cq, sel: sel}
 	e.home.Store(sel == t.home)
 	e.conns.Store(&map[uint32]*Conn{})
 	if t.cfg.SharedReceiveQueue {
@@ -272,7 +271,6 @@ func (e *engine) SelectorClosed(s *selector.Selector) {
 		return
 	}
 	e.sel = t.home
-	e.orphan = true
 	e.home.Store(true)
 	idle := e.refs == 0
 	t.mu.Unlock()

@@ -136,9 +136,7 @@ func TestBrokenQueuePairClosesOnlyItsConn(t *testing.T) {
 	go func() {
 		if c, err := bigTr.Dial(ctx, l.Addr().String()); err == nil {
 			t.Cleanup(func() { c.Close() })
-			c.mu.Lock()
-			c.max = 8 << 10 // pretend the peer accepts it
-			c.mu.Unlock()
+			c.max.Store(8 << 10) // pretend the peer accepts it
 			send(t, c, make([]byte, 6<<10))
 		}
 	}()
@@ -255,7 +253,7 @@ func crashPeer() {
 func TestManyConnections(t *testing.T) {
 	const conns = 256
 	addr := rdmatest.Addr(t)
-	before := (&Transport{}).Resources()
+	before := LiveResources()
 	cfg := Config{SharedReceiveQueue: true, SRQSize: 1024, PeerCredits: 4, MaxMessageSize: 4 << 10, SendDepth: 16, SignalEvery: 4}
 	server, _ := newTransport(t, cfg)
 	client, _ := newTransport(t, cfg)
@@ -327,10 +325,10 @@ func TestManyConnections(t *testing.T) {
 	client.Close()
 	server.Close()
 	deadline := time.Now().Add(10 * time.Second)
-	for server.Resources() != before && time.Now().Before(deadline) {
+	for LiveResources() != before && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if got := server.Resources(); got != before {
+	if got := LiveResources(); got != before {
 		t.Errorf("resources after closing everything: %+v; before: %+v", got, before)
 	}
 }

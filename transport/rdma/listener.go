@@ -28,15 +28,15 @@ type Listener struct {
 	blocking atomic.Bool
 	reg      atomic.Pointer[selector.Registration]
 
-	mu         sync.Mutex // guards the fields below
-	closed     bool
-	pending    map[*Conn]struct{} // accepted, handshake not finished
-	ready      []*Conn            // connected, waiting for Accept
-	acceptWait chan struct{}
+	mu      sync.Mutex // guards the fields below
+	closed  bool
+	pending map[*Conn]struct{} // accepted, handshake not finished
+	ready   []*Conn            // connected, waiting for Accept
+	acceptq waitq              // blocked Accepts
 }
 
 func (t *Transport) listen(laddr *net.TCPAddr) (*Listener, error) {
-	l := &Listener{t: t, pending: make(map[*Conn]struct{}), acceptWait: make(chan struct{}, 1)}
+	l := &Listener{t: t, pending: make(map[*Conn]struct{})}
 	cm, err := newCMEvents(t, l)
 	if err != nil {
 		return nil, opError("listen", laddr, err)
@@ -137,8 +137,8 @@ func (l *Listener) established(c *Conn) {
 	}
 	delete(l.pending, c)
 	l.ready = append(l.ready, c)
+	l.acceptq.wake()
 	l.mu.Unlock()
-	notify(l.acceptWait)
 	if r := l.reg.Load(); r != nil {
 		r.Ready(selectionkey.OpAccept)
 	}
@@ -185,11 +185,13 @@ func (l *Listener) AcceptRDMA() (*Conn, error) {
 			c.blocking.Store(true)
 			return c, nil
 		}
-		l.mu.Unlock()
 		if !l.blocking.Load() {
+			l.mu.Unlock()
 			return nil, channel.ErrWouldBlock
 		}
-		<-l.acceptWait
+		wait := l.acceptq.arm()
+		l.mu.Unlock()
+		<-wait
 	}
 }
 
@@ -208,8 +210,8 @@ func (l *Listener) Close() error {
 		conns = append(conns, c)
 	}
 	clear(l.pending)
+	l.acceptq.wake()
 	l.mu.Unlock()
-	notify(l.acceptWait)
 	if r := l.reg.Load(); r != nil {
 		r.Key().Cancel()
 	}

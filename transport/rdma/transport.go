@@ -213,7 +213,7 @@ func (t *Transport) engineMoved(e *engine, from *selector.Selector) {
 func (t *Transport) engineDone(e *engine) {
 	t.mu.Lock()
 	e.refs--
-	destroy := e.refs == 0 && e.orphan
+	destroy := e.refs == 0 && e.home.Load()
 	if destroy {
 		for k, v := range t.engines {
 			if v == e {
@@ -284,8 +284,9 @@ type Resources struct {
 
 var liveQPs, liveCQs, liveEventChannels atomic.Int64
 
-// Resources reports the objects held now by every transport of the process.
-func (t *Transport) Resources() Resources {
+// LiveResources reports the objects held now by every transport of the
+// process.
+func LiveResources() Resources {
 	return Resources{
 		QueuePairs:       int(liveQPs.Load()),
 		CompletionQueues: int(liveCQs.Load()),
