@@ -31,7 +31,6 @@ type cmEvents struct {
 	dead    bool
 	ev      verbs.Event
 	private [verbs.PrivateMax]byte
-	last    []verbs.EventType // for debugging
 
 	selMu sync.Mutex // guards sel; after mu
 	sel   *selector.Selector
@@ -65,7 +64,6 @@ func (m *cmEvents) process(sink *selector.Sink) {
 		if err := m.ch.Get(&m.ev, &m.private); err != nil {
 			return
 		}
-		m.last = append(m.last, m.ev.Type)
 		m.owner.handleEvent(&m.ev, sink)
 	}
 }

@@ -25,7 +25,6 @@ func (t *Transport) dumpState() string {
 			continue
 		}
 		c.mu.Lock()
-		fmt.Fprintf(&sb, "events=%v ", c.cm.last)
 		fmt.Fprintf(&sb, "conn qpn=%d state=%d closed=%v err=%v peerDone=%v credits=%d ctrl=%d granted=%d toReturn=%d ctrlOwed=%d inbox=%d queue=%d queued=%d head=%d tail=%d posted=%d empty=%d draining=%v finWanted=%v finSent=%v\n",
 			c.qpn, c.state, c.closed, c.err, c.peerDone, c.credits, c.ctrl, c.granted, c.toReturn, c.ctrlOwed, c.inbox.len(), c.queue.len(), c.queued, c.head, c.tail, c.posted, len(c.empty), c.draining, c.finWanted, c.finSent)
 		c.mu.Unlock()
