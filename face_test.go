@@ -79,26 +79,7 @@ func testEchoSmoke(t *testing.T, network string) {
 func TestStatsRDMA(t *testing.T) {
 	address := testAddr(t, "rdma")
 	cfg := rubin.Config{Transport: "rdma", MaxMessageSize: 64 << 10, Pollers: 2} // a stack of its own
-	ctx := context.Background()
-	ln, err := cfg.Listen(ctx, address)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			accepted <- c
-		}
-	}()
-	c, err := cfg.Dial(ctx, ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	peer := <-accepted
-	defer peer.Close()
+	c, peer := dialPair(t, cfg, address)
 	p := bytes.Repeat([]byte{7}, 100<<10) // two messages
 	if _, err := c.Write(p); err != nil {
 		t.Fatal(err)
@@ -149,26 +130,7 @@ func TestRDMAUnavailable(t *testing.T) {
 // poller: the poller's select count stays small while the writer waits.
 func TestBlockedWriteSleeps(t *testing.T) {
 	cfg := rubin.Config{MaxMessageSize: 64 << 10, Pollers: 1} // a stack of its own
-	ctx := context.Background()
-	ln, err := cfg.Listen(ctx, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			accepted <- c
-		}
-	}()
-	c, err := cfg.Dial(ctx, ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	peer := <-accepted // never reads until the end
-	defer peer.Close()
+	c, _ := dialPair(t, cfg, "127.0.0.1:0")                   // the peer never reads
 
 	writeErr := make(chan error, 1)
 	go func() {
@@ -207,4 +169,34 @@ func TestBlockedWriteSleeps(t *testing.T) {
 	if err := <-writeErr; !errors.Is(err, net.ErrClosed) {
 		t.Errorf("blocked Write after Close: %v, want net.ErrClosed", err)
 	}
+}
+
+// dialPair listens on address with cfg, dials the listener and returns both
+// ends, closed when the test ends.
+func dialPair(t *testing.T, cfg rubin.Config, address string) (c, peer net.Conn) {
+	t.Helper()
+	ctx := context.Background()
+	ln, err := cfg.Listen(ctx, address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		p, err := ln.Accept()
+		if err != nil {
+			p = nil
+		}
+		accepted <- p
+	}()
+	c, err = cfg.Dial(ctx, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if peer = <-accepted; peer == nil {
+		t.Fatal("Accept failed")
+	}
+	t.Cleanup(func() { peer.Close() })
+	return c, peer
 }
