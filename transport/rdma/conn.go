@@ -102,6 +102,8 @@ func (t *Transport) newConn(raddr *net.TCPAddr) (*Conn, error) {
 	c := &Conn{
 		t: t,
 	}
+	c.readq.cond.L = &c.mu
+	c.writeq.cond.L = &c.mu
 	c.max.Store(int64(t.cfg.MaxMessageSize))
 	if raddr != nil {
 		c.raddr.Store(raddr)
@@ -675,9 +677,7 @@ func (c *Conn) send(b *bufpool.Buffer) error {
 			}
 			return err
 		}
-		ch := c.writeq.arm()
-		c.mu.Unlock()
-		c.wait(ch)
+		c.wait(&c.writeq)
 	}
 }
 
@@ -913,9 +913,7 @@ func (c *Conn) Flush() error {
 			c.mu.Unlock()
 			return channel.ErrWouldBlock
 		}
-		ch := c.writeq.arm()
-		c.mu.Unlock()
-		c.wait(ch)
+		c.wait(&c.writeq)
 	}
 }
 
@@ -941,9 +939,7 @@ func (c *Conn) Receive() (*bufpool.Buffer, error) {
 			c.mu.Unlock()
 			return nil, err
 		}
-		ch := c.readq.arm()
-		c.mu.Unlock()
-		c.wait(ch)
+		c.wait(&c.readq)
 	}
 }
 
@@ -1062,19 +1058,24 @@ func (c *Conn) signal(ops selectionkey.Ops, sink *selector.Sink) {
 	}
 }
 
-// wait waits until ch, armed from one of the connection's wait queues, is
-// closed. A channel in blocking mode whose
-// queue pair uses the completion queue of an application's selector
-// cannot count on that selector to be selecting: it polls the queue
-// itself while it waits, backing off up to a millisecond.
-func (c *Conn) wait(ch <-chan struct{}) {
-	c.mu.Lock()
+// wait blocks on q until it is woken. The caller holds c.mu; wait returns
+// with it released.
+//
+// A goroutine blocked on a queue pair whose completions the transport's
+// own poller handles just sleeps on q's condition variable, which costs no
+// allocation. One whose queue pair uses the completion queue of an
+// application's selector cannot count on that selector to be selecting:
+// it polls the queue itself while it waits, backing off up to a
+// millisecond, and wakes early on q's channel.
+func (c *Conn) wait(q *waitq) {
 	e := c.eng
-	c.mu.Unlock()
 	if e == nil || e.home.Load() {
-		<-ch
+		q.cond.Wait()
+		c.mu.Unlock()
 		return
 	}
+	ch := q.arm()
+	c.mu.Unlock()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for d := 20 * time.Microsecond; ; d = min(2*d, time.Millisecond) {
@@ -1096,10 +1097,16 @@ func (c *Conn) wake() {
 }
 
 // A waitq wakes all the goroutines waiting for one condition, so that
-// concurrent Receives (or Sends) never miss a wake-up: a waiter arms it
-// under the lock that guards the condition and waits on the channel after
-// unlocking; a change of the condition wakes it under that lock.
-type waitq struct{ ch chan struct{} }
+// concurrent Receives (or Sends) never miss a wake-up. A change of the
+// condition wakes it under the lock that guards the condition. A waiter
+// either waits on cond (whose L is that lock) or arms the channel under
+// the lock and waits on it after unlocking: the channel serves waits that
+// must also watch a timer or a context, at the cost of an allocation per
+// wake-up.
+type waitq struct {
+	cond sync.Cond
+	ch   chan struct{}
+}
 
 func (q *waitq) arm() <-chan struct{} {
 	if q.ch == nil {
@@ -1109,6 +1116,9 @@ func (q *waitq) arm() <-chan struct{} {
 }
 
 func (q *waitq) wake() {
+	if q.cond.L != nil {
+		q.cond.Broadcast()
+	}
 	if q.ch != nil {
 		close(q.ch)
 		q.ch = nil
