@@ -37,14 +37,16 @@ int rv_req_notify_cq(struct ibv_cq *cq) {
 }
 
 // rv_get_cq_events takes every pending event off a non-blocking completion
-// channel and reports how many; the caller acknowledges them in a batch.
-int rv_get_cq_events(struct ibv_comp_channel *ch, unsigned int *n) {
+// channel and returns how many, or -errno; the caller acknowledges them in
+// a batch. The count is the result rather than an out parameter so that
+// the Go caller passes no pointer, which would cost it a heap allocation.
+int rv_get_cq_events(struct ibv_comp_channel *ch) {
 	struct ibv_cq *cq;
 	void *ctx;
-	*n = 0;
+	int n = 0;
 	while (ibv_get_cq_event(ch, &cq, &ctx) == 0)
-		(*n)++;
-	return (errno == EAGAIN || errno == EWOULDBLOCK || *n > 0) ? 0 : -errno;
+		n++;
+	return (errno == EAGAIN || errno == EWOULDBLOCK || n > 0) ? n : -errno;
 }
 
 // recv_list links n receive work requests, with their scatter entries in

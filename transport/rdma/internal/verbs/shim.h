@@ -62,7 +62,7 @@ struct rv_cm_event {
 
 int rv_poll_cq(struct ibv_cq *cq, int n, struct rv_wc *out);
 int rv_req_notify_cq(struct ibv_cq *cq);
-int rv_get_cq_events(struct ibv_comp_channel *ch, unsigned int *n);
+int rv_get_cq_events(struct ibv_comp_channel *ch);
 int rv_post_recv(struct ibv_qp *qp, const struct rv_recv *wrs, int n);
 int rv_post_srq_recv(struct ibv_srq *srq, const struct rv_recv *wrs, int n);
 int rv_post_send(struct ibv_qp *qp, const struct rv_send *wrs, int n);

@@ -139,9 +139,11 @@ func (ch CompChannel) FD() int { return int(C.rv_ch_fd(ch.p)) }
 // Events takes all pending events off the channel and returns how many;
 // they must be acknowledged with CQ.Ack.
 func (ch CompChannel) Events() (int, error) {
-	var n C.uint
-	err := call("ibv_get_cq_event", C.rv_get_cq_events(ch.p, &n))
-	return int(n), err
+	n := C.rv_get_cq_events(ch.p)
+	if n < 0 {
+		return 0, call("ibv_get_cq_event", n)
+	}
+	return int(n), nil
 }
 
 // Destroy destroys the channel; its CQs must be destroyed first.
