@@ -14,7 +14,7 @@ import (
 
 // newTransport returns a transport closed when the test ends, and the
 // address of the device to listen on.
-func newTransport(t *testing.T, cfg Config) (*Transport, string) {
+func newTransport(t testing.TB, cfg Config) (*Transport, string) {
 	t.Helper()
 	addr := rdmatest.Addr(t)
 	tr, err := New(cfg)
