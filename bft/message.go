@@ -1,0 +1,190 @@
+package bft
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+)
+
+// ReplicaID names a replica: 0 to n-1, its index in the cluster
+// configuration. The primary of view v is replica v mod n.
+type ReplicaID uint32
+
+// ClientID names a client. Client identities come from the cluster
+// configuration, like replicas'.
+type ClientID uint64
+
+// Digest is a SHA-256 hash: of a batch of requests, or of the application
+// state at a checkpoint.
+type Digest [sha256.Size]byte
+
+// Message is one protocol message. The concrete types are the pointer
+// types below; the set is closed.
+type Message interface {
+	// Type names the message kind; codecs write it first.
+	Type() MessageType
+}
+
+// MessageType is the kind of a Message, as the codec writes it.
+type MessageType uint8
+
+// The message types. The values are part of the wire format.
+const (
+	TypeRequest MessageType = iota + 1
+	TypeReply
+	TypePrePrepare
+	TypePrepare
+	TypeCommit
+	TypeCheckpoint
+	TypeViewChange
+	TypeNewView
+	TypeFetchState
+	TypeState
+)
+
+// Request is a client's operation. Auth is the client's authenticator:
+// one MAC per replica, computed with the key the client shares with that
+// replica (see Authenticator.VerifyRequest), so a primary cannot forge a
+// request it forwards in a pre-prepare. Timestamp orders a client's
+// requests: a replica executes a client's request at most once, and only
+// if its timestamp is greater than the last one executed.
+type Request struct {
+	Client    ClientID
+	Timestamp uint64
+	Op        []byte
+	Auth      []byte
+}
+
+// Reply is a replica's answer to a request. The client accepts a result
+// once f+1 replicas sent matching replies (same timestamp and result).
+type Reply struct {
+	View      uint64
+	Timestamp uint64
+	Client    ClientID
+	Replica   ReplicaID
+	Result    []byte
+}
+
+// PrePrepare is the primary's proposal to bind a batch of requests to a
+// sequence number in a view. Digest is BatchDigest(Batch). Sig is the
+// primary's signature, so the pre-prepare can be forwarded as part of a
+// prepared certificate in a view change.
+type PrePrepare struct {
+	View   uint64
+	Seq    uint64
+	Digest Digest
+	Batch  []Request
+	Sig    []byte
+}
+
+// Prepare is a backup's agreement with a pre-prepare. It is signed, so
+// 2f of them, with the pre-prepare, form a prepared certificate that can
+// be forwarded in a view change.
+type Prepare struct {
+	View    uint64
+	Seq     uint64
+	Digest  Digest
+	Replica ReplicaID
+	Sig     []byte
+}
+
+// Commit says a replica has prepared the batch. It is not forwarded, so
+// the link's MAC authenticates it and it carries no signature.
+type Commit struct {
+	View    uint64
+	Seq     uint64
+	Digest  Digest
+	Replica ReplicaID
+}
+
+// Checkpoint announces the digest of a replica's application state after
+// executing every batch up to Seq. 2f+1 matching signed checkpoints make
+// a stable checkpoint, whose certificate is forwarded in view changes and
+// state transfers.
+type Checkpoint struct {
+	Seq     uint64
+	State   Digest
+	Replica ReplicaID
+	Sig     []byte
+}
+
+// PreparedCert proves that a batch prepared at a sequence number: the
+// primary's signed pre-prepare (with the batch) and 2f signed prepares
+// from distinct backups, all for the same view, sequence number and digest.
+type PreparedCert struct {
+	PrePrepare PrePrepare
+	Prepares   []Prepare
+}
+
+// ViewChange is a replica's vote to move to view View. It carries the
+// proof of its last stable checkpoint and a prepared certificate for every
+// sequence number above it that prepared at this replica, so the new
+// primary can re-propose them and no committed request is lost.
+type ViewChange struct {
+	View      uint64
+	StableSeq uint64
+	Stable    []Checkpoint
+	Prepared  []PreparedCert
+	Replica   ReplicaID
+	Sig       []byte
+}
+
+// NewView is the new primary's announcement of view View: the 2f+1 view
+// changes it is based on, and the pre-prepares for the new view that
+// every replica can recompute from them and check.
+type NewView struct {
+	View        uint64
+	ViewChanges []ViewChange
+	PrePrepares []PrePrepare
+	Replica     ReplicaID
+	Sig         []byte
+}
+
+// FetchState asks a replica for its latest stable checkpoint: sent by a
+// replica whose log is behind a stable checkpoint it learned of.
+type FetchState struct {
+	Seq     uint64 // the requester's last executed sequence number
+	Replica ReplicaID
+}
+
+// State answers FetchState with a stable checkpoint: the certificate of
+// 2f+1 signed checkpoints for Seq and the application snapshot, whose
+// digest must equal the certified state digest. Replies is the last
+// reply cached per client at Seq, part of the replicated state.
+type State struct {
+	Seq      uint64
+	Stable   []Checkpoint
+	Snapshot []byte
+	Replies  []Reply
+	Replica  ReplicaID
+}
+
+func (*Request) Type() MessageType    { return TypeRequest }
+func (*Reply) Type() MessageType      { return TypeReply }
+func (*PrePrepare) Type() MessageType { return TypePrePrepare }
+func (*Prepare) Type() MessageType    { return TypePrepare }
+func (*Commit) Type() MessageType     { return TypeCommit }
+func (*Checkpoint) Type() MessageType { return TypeCheckpoint }
+func (*ViewChange) Type() MessageType { return TypeViewChange }
+func (*NewView) Type() MessageType    { return TypeNewView }
+func (*FetchState) Type() MessageType { return TypeFetchState }
+func (*State) Type() MessageType      { return TypeState }
+
+// BatchDigest is the digest a pre-prepare binds: SHA-256 over each
+// request's client, timestamp and operation, length-prefixed. The
+// authenticators are not part of it: each replica checks its own entry,
+// and a request is the same request whatever MACs it carries.
+func BatchDigest(batch []Request) Digest {
+	h := sha256.New()
+	var b [3 * binary.MaxVarintLen64]byte
+	for i := range batch {
+		r := &batch[i]
+		n := binary.PutUvarint(b[:], uint64(r.Client))
+		n += binary.PutUvarint(b[n:], r.Timestamp)
+		n += binary.PutUvarint(b[n:], uint64(len(r.Op)))
+		h.Write(b[:n])
+		h.Write(r.Op)
+	}
+	var d Digest
+	h.Sum(d[:0])
+	return d
+}
