@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/rubin-go/rubin/internal/stats"
 )
 
 // A recorder hands out the sequence numbers of a client's messages and
@@ -97,9 +99,9 @@ func (r *recorder) result() (result, error) {
 	slices.Sort(r.times)
 	return result{
 		msgs: len(r.times),
-		p50:  percentile(r.times, 50),
-		p99:  percentile(r.times, 99),
-		p999: percentile(r.times, 99.9),
+		p50:  stats.Percentile(r.times, 50),
+		p99:  stats.Percentile(r.times, 99),
+		p999: stats.Percentile(r.times, 99.9),
 		wall: time.Duration(r.end.Load() - r.start.Load()),
 	}, nil
 }

@@ -1,4 +1,4 @@
-package main
+package stats
 
 import (
 	"math/rand/v2"
@@ -43,7 +43,7 @@ func TestPercentileMatchesNaive(t *testing.T) {
 		sorted := slices.Clone(values)
 		slices.Sort(sorted)
 		for _, tenths := range tenthsToTry {
-			got := percentile(sorted, float64(tenths)/10)
+			got := Percentile(sorted, float64(tenths)/10)
 			want := naivePercentile(values, tenths)
 			if got != want {
 				t.Fatalf("n=%d p=%.1f: percentile = %v, naive = %v", n, float64(tenths)/10, got, want)
@@ -53,8 +53,8 @@ func TestPercentileMatchesNaive(t *testing.T) {
 }
 
 func TestPercentileEdges(t *testing.T) {
-	if got := percentile(nil, 50); got != 0 {
-		t.Errorf("percentile(nil, 50) = %v, want 0", got)
+	if got := Percentile(nil, 50); got != 0 {
+		t.Errorf("Percentile(nil, 50) = %v, want 0", got)
 	}
 	sorted := make([]time.Duration, 1000)
 	for i := range sorted {
@@ -70,8 +70,8 @@ func TestPercentileEdges(t *testing.T) {
 		{100, 1000},
 		{0.01, 1},
 	} {
-		if got := percentile(sorted, c.p); got != c.want {
-			t.Errorf("percentile(1..1000, %v) = %v, want %v", c.p, got, c.want)
+		if got := Percentile(sorted, c.p); got != c.want {
+			t.Errorf("Percentile(1..1000, %v) = %v, want %v", c.p, got, c.want)
 		}
 	}
 }

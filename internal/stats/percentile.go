@@ -1,15 +1,17 @@
-package main
+// Package stats holds the order statistics rubin's measuring commands
+// report.
+package stats
 
 import (
 	"math"
 	"time"
 )
 
-// percentile returns the p-th percentile (0 < p <= 100) of sorted, which must
+// Percentile returns the p-th percentile (0 < p <= 100) of sorted, which must
 // be in ascending order, by the nearest-rank method: the smallest value that
 // at least p percent of the values are less than or equal to. It returns 0
 // for an empty slice.
-func percentile(sorted []time.Duration, p float64) time.Duration {
+func Percentile(sorted []time.Duration, p float64) time.Duration {
 	n := len(sorted)
 	if n == 0 {
 		return 0
