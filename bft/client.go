@@ -1,0 +1,151 @@
+package bft
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/rubin-go/rubin/bft/internal/quorum"
+)
+
+// ClientConfig configures a Client.
+type ClientConfig struct {
+	ID ClientID
+	N  int // replicas
+	// RetransmitTicks: without a result after this many ticks, the
+	// request goes again, to every replica. Default 20.
+	RetransmitTicks int
+	// Sign fills r.Auth, the request's authenticator (package bft/auth).
+	Sign func(r *Request)
+	// StartTimestamp: timestamps start above it. A client that restarts
+	// must pass one above every timestamp it used before (replicas
+	// ignore requests at or below the last one executed), e.g. from a
+	// clock or a persisted counter.
+	StartTimestamp uint64
+}
+
+// Client is the deterministic core of a PBFT client: one outstanding
+// request at a time (closed loop). Like Replica it has no goroutines,
+// clocks or I/O and is not safe for concurrent use.
+type Client struct {
+	cfg     ClientConfig
+	f       int
+	ts      uint64
+	view    uint64 // the view replies last showed
+	out     *Request
+	replies map[ReplicaID]*Reply
+	timer   int
+	sends   []Envelope
+	done    []Result
+}
+
+// Result is a request's accepted result.
+type Result struct {
+	Timestamp uint64
+	Result    []byte
+}
+
+// ClientReady is what a client accumulated since the last Ready.
+type ClientReady struct {
+	Messages []Envelope
+	Done     []Result
+}
+
+// NewClient validates cfg and fills its defaults.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	if cfg.N < 4 {
+		return nil, fmt.Errorf("bft: client config: N = %d, need at least 4", cfg.N)
+	}
+	if cfg.Sign == nil {
+		return nil, errors.New("bft: client config: Sign is required")
+	}
+	if cfg.RetransmitTicks <= 0 {
+		cfg.RetransmitTicks = 20
+	}
+	c := &Client{cfg: cfg, ts: cfg.StartTimestamp, replies: make(map[ReplicaID]*Reply)}
+	c.f = quorum.Faults(cfg.N)
+	return c, nil
+}
+
+// Propose sends op to the primary of the last view seen and returns the
+// request's timestamp; the result comes in a later Ready's Done.
+func (c *Client) Propose(op []byte) (uint64, error) {
+	if c.out != nil {
+		return 0, ErrBusy
+	}
+	c.ts++
+	req := &Request{Client: c.cfg.ID, Timestamp: c.ts, Op: op}
+	c.cfg.Sign(req)
+	c.out = req
+	clear(c.replies)
+	c.timer = 0
+	c.sends = append(c.sends, Envelope{To: ToReplica(ReplicaID(c.view % uint64(c.cfg.N))), Msg: req})
+	return c.ts, nil
+}
+
+// Step takes a reply from replica from (as the authenticated link says).
+func (c *Client) Step(from ReplicaID, rep *Reply) error {
+	if rep == nil {
+		return fmt.Errorf("%w: nil reply", ErrInvalid)
+	}
+	if uint64(from) >= uint64(c.cfg.N) {
+		return fmt.Errorf("%w: reply from %d, not a replica", ErrInvalid, from)
+	}
+	if rep.Replica != from {
+		return fmt.Errorf("%w: reply claims replica %d, sent by %d", ErrForged, rep.Replica, from)
+	}
+	if rep.Client != c.cfg.ID {
+		return fmt.Errorf("%w: reply for client %d", ErrInvalid, rep.Client)
+	}
+	if c.out == nil || rep.Timestamp != c.out.Timestamp {
+		return fmt.Errorf("%w: reply for timestamp %d", ErrStale, rep.Timestamp)
+	}
+	c.replies[from] = rep
+	var views []uint64
+	for _, o := range c.replies {
+		if bytes.Equal(o.Result, rep.Result) {
+			views = append(views, o.View)
+		}
+	}
+	if len(views) < c.f+1 {
+		return nil
+	}
+	// Of f+1 matching replies at least one is correct: its view, or a
+	// higher one, is current. The (f+1)-th highest view is safe to use.
+	sort.Slice(views, func(i, j int) bool { return views[i] > views[j] })
+	if v := views[c.f]; v > c.view {
+		c.view = v
+	}
+	c.done = append(c.done, Result{Timestamp: rep.Timestamp, Result: rep.Result})
+	c.out = nil
+	clear(c.replies)
+	return nil
+}
+
+// Tick advances the client's clock; on RetransmitTicks without a result
+// the request goes to every replica (backups forward it to the primary
+// and start their timers, which is what unseats a faulty primary).
+func (c *Client) Tick() {
+	if c.out == nil {
+		return
+	}
+	c.timer++
+	if c.timer < c.cfg.RetransmitTicks {
+		return
+	}
+	c.timer = 0
+	for i := 0; i < c.cfg.N; i++ {
+		c.sends = append(c.sends, Envelope{To: ToReplica(ReplicaID(i)), Msg: c.out})
+	}
+}
+
+// Outstanding reports whether a request awaits its result.
+func (c *Client) Outstanding() bool { return c.out != nil }
+
+// Ready returns what accumulated since the last call and clears it.
+func (c *Client) Ready() ClientReady {
+	rd := ClientReady{Messages: c.sends, Done: c.done}
+	c.sends, c.done = nil, nil
+	return rd
+}

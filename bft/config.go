@@ -1,0 +1,106 @@
+package bft
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/rubin-go/rubin/bft/internal/quorum"
+)
+
+// Config configures a Replica. Every replica of a cluster must use the same
+// N, CheckpointInterval, WatermarkWindow, MaxBatch, MaxBatchBytes and
+// MaxOpSize: they decide which messages are valid. The tick counts may
+// differ.
+type Config struct {
+	ID ReplicaID
+	// N is the number of replicas, at least 4. With N = 3f+1 the quorum
+	// is 2f+1; other N use the smallest quorum whose pairwise overlap
+	// holds a correct replica.
+	N int
+	// CheckpointInterval is K: a checkpoint after every K-th sequence
+	// number. Default 128.
+	CheckpointInterval uint64
+	// WatermarkWindow is L, high minus low watermark: the primary proposes
+	// and replicas accept sequence numbers in (low, low+L]. A multiple of
+	// K, at least K. Default 2K.
+	WatermarkWindow uint64
+	// MaxBatch bounds the requests in a batch. Default 512.
+	MaxBatch int
+	// MaxBatchBytes bounds the sum of op sizes in a batch. Default 1 MiB.
+	MaxBatchBytes int
+	// MaxInFlight: while fewer batches than this are proposed and not yet
+	// executed, the primary proposes a request at once; beyond it, it holds
+	// requests back to fill a batch. Default 4.
+	MaxInFlight int
+	// BatchTicks bounds how long a held-back, non-empty batch waits.
+	// Default 1.
+	BatchTicks int
+	// RequestTicks: a backup waiting this long for a request it holds to
+	// execute (with no execution progress meanwhile) starts a view change.
+	// Default 50.
+	RequestTicks int
+	// ViewChangeTicks: a view change that has a quorum of view changes but
+	// no new view after this many ticks moves on to the next view; the
+	// wait doubles for each consecutive failure. Default 50.
+	ViewChangeTicks int
+	// FetchTicks throttles state transfer: a replica that knows of a
+	// stable checkpoint beyond what it executed, and made no execution
+	// progress for this many ticks, asks for the state (again). It also
+	// paces the view synchronization of a replica that sees a quorum-backed
+	// higher view. Default 10.
+	FetchTicks int
+	// MaxOpSize: requests with a larger op are dropped. Default 64 KiB.
+	MaxOpSize int
+	// MaxPending bounds the requests a replica holds that are neither
+	// executed nor proposed. Default 4*MaxBatch.
+	MaxPending int
+
+	App  App
+	Auth Authenticator
+}
+
+func (c *Config) fill() error {
+	if c.N < 4 {
+		return fmt.Errorf("bft: config: N = %d, need at least 4", c.N)
+	}
+	if uint64(c.ID) >= uint64(c.N) {
+		return fmt.Errorf("bft: config: ID %d not below N = %d", c.ID, c.N)
+	}
+	if c.App == nil || c.Auth == nil {
+		return errors.New("bft: config: App and Auth are required")
+	}
+	def := func(p *int, v int) {
+		if *p <= 0 {
+			*p = v
+		}
+	}
+	if c.CheckpointInterval == 0 {
+		c.CheckpointInterval = 128
+	}
+	if c.WatermarkWindow == 0 {
+		c.WatermarkWindow = 2 * c.CheckpointInterval
+	}
+	if c.WatermarkWindow < c.CheckpointInterval || c.WatermarkWindow%c.CheckpointInterval != 0 {
+		return fmt.Errorf("bft: config: WatermarkWindow %d is not a positive multiple of CheckpointInterval %d", c.WatermarkWindow, c.CheckpointInterval)
+	}
+	if c.WatermarkWindow > 1<<20 {
+		return fmt.Errorf("bft: config: WatermarkWindow %d too large", c.WatermarkWindow)
+	}
+	def(&c.MaxBatch, 512)
+	def(&c.MaxBatchBytes, 1<<20)
+	def(&c.MaxInFlight, 4)
+	def(&c.BatchTicks, 1)
+	def(&c.RequestTicks, 50)
+	def(&c.ViewChangeTicks, 50)
+	def(&c.FetchTicks, 10)
+	def(&c.MaxOpSize, 64<<10)
+	def(&c.MaxPending, 4*c.MaxBatch)
+	if c.MaxOpSize > c.MaxBatchBytes {
+		return fmt.Errorf("bft: config: MaxOpSize %d exceeds MaxBatchBytes %d", c.MaxOpSize, c.MaxBatchBytes)
+	}
+	return nil
+}
+
+func (c *Config) f() int    { return quorum.Faults(c.N) }
+func (c *Config) q() int    { return quorum.Quorum(c.N) }
+func (c *Config) weak() int { return quorum.Weak(c.N) }

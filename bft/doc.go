@@ -1,0 +1,85 @@
+// Package bft is the protocol core of PBFT (Castro and Liskov, OSDI'99 and
+// TOCS 2002) for n = 3f+1 replicas, with signatures for forwarded
+// messages: normal case (pre-prepare, prepare, commit), request batching,
+// checkpoints and log truncation, view changes, and state transfer; and
+// the client side.
+//
+// # Model
+//
+// Replica and Client are deterministic state machines in the style of
+// etcd raft's RawNode: no goroutines, no clocks, no I/O, no randomness,
+// not safe for concurrent use. Time is an abstract tick (Replica.Tick); all
+// timeouts in Config count ticks. The driver:
+//
+//  1. feeds every message that arrives to Step, with the sender its
+//     authenticated link names (replica links carry a pairwise MAC, client
+//     links the client's identity);
+//  2. calls Tick at a fixed period (a few to tens of milliseconds: with the
+//     default BatchTicks of 1 the tick is the batching delay, and
+//     RequestTicks and ViewChangeTicks of 50 are the view-change timeouts);
+//  3. after Step or Tick, when HasReady, calls Ready and sends
+//     Ready.Messages in order. Nothing needs to be made durable before
+//     sending: this PBFT keeps no persistent state; a replica that restarts
+//     empty recovers by state transfer. Ready.Committed reports batches
+//     already executed through App (synchronously, inside Step or Tick),
+//     in sequence order; after a state transfer it skips the sequence
+//     numbers the restored checkpoint covers.
+//
+// Step's error, when non-nil, says why the message was dropped; it wraps
+// one of the Err sentinels (see errors.go). Stale, duplicate and
+// out-of-watermark drops are normal; forged ones point at a Byzantine peer.
+// Step never panics on any input and keeps references to the messages it
+// is given (they must not be modified afterwards); messages in Ready may
+// share pointers between envelopes and with the replica's state and must
+// not be modified either.
+//
+// # Trust
+//
+// The driver's sender identity is trusted: it comes from the link's MAC.
+// A message whose Replica field differs from it is forged (ErrForged); the
+// exception is NewView, which any replica may forward because its
+// primary's signature and the signatures inside prove it. Signatures
+// (Authenticator.Sign and Verify) are checked on everything forwardable:
+// pre-prepares, prepares, checkpoints, view changes, new views and every
+// certificate inside them. Commits and fetch requests rely on the link.
+// Requests are checked with Authenticator.VerifyRequest when they arrive
+// and inside every pre-prepare (a pre-prepare holding a request whose
+// authenticator fails for this replica is rejected), except the
+// pre-prepares of a new view, whose batches are covered by the prepared
+// certificates (2f+1 replicas accepted them). Batches are checked against
+// BatchDigest and state against the certified checkpoint digest
+// (application snapshot plus reply cache).
+//
+// # Beyond the paper
+//
+// These choices keep the core live over links that lose messages and with
+// replicas that restart, without changing PBFT's safety argument:
+//
+//   - Retransmission: a replica whose execution stalls resends its own
+//     pre-prepare/prepare/commit for uncommitted slots every FetchTicks; a
+//     replica that committed such a slot answers the resender with its
+//     messages for all committed slots of the view (throttled per peer). A
+//     replica in a view change resends its view change every FetchTicks; a
+//     replica already in that view answers with its new view.
+//   - The view-change timer starts when a quorum of replicas asks for this
+//     view or a later one, and a primary whose own log stalls for
+//     RequestTicks also starts a view change.
+//   - View synchronization: a replica that sees f+1 replicas active in a
+//     higher view (by their pre-prepares, prepares, commits or new views)
+//     sends FetchState to all; replicas answer with their stable state (if
+//     newer) and their latest NewView, which the replica verifies like any
+//     new view and enters. A restarted replica learns the view this way.
+//   - A replica behind a known stable checkpoint accepts messages in the
+//     window above that checkpoint too, so what it needs after the state
+//     transfer is already logged.
+//
+// # Memory
+//
+// Per-sequence state exists only in the windows (low, low+L] and
+// (known stable, known stable+L]. Checkpoint votes: at most L/K+2
+// sequence numbers per sender. View changes: the highest one per replica,
+// views at most 64 above the current one. Future-view normal-case
+// messages: 3L+8 per sender, views at most 64 ahead. Pending requests:
+// MaxPending. The reply cache holds one reply per client that ever had a
+// request executed; it is replicated state, so it is not trimmed.
+package bft

@@ -1,0 +1,303 @@
+package bft
+
+import (
+	"fmt"
+	"sort"
+)
+
+// errBuffered tells a handler's caller that a message for a view this
+// replica has not entered yet was kept for later; Step reports success.
+var errBuffered = fmt.Errorf("buffered")
+
+// admitView decides what to do with a normal-case message of view v:
+// process it (nil), drop it (error), or keep it until the replica enters
+// view v (errBuffered).
+func (r *Replica) admitView(src ReplicaID, v uint64, m Message) error {
+	if v < r.view {
+		return fmt.Errorf("%w: view %d, replica in view %d", ErrStale, v, r.view)
+	}
+	if v == r.view && !r.viewChanging {
+		return nil
+	}
+	if v-r.view > viewHorizon {
+		return fmt.Errorf("%w: view %d beyond horizon of view %d", ErrWatermark, v, r.view)
+	}
+	if len(r.future[src]) >= r.maxFuture() {
+		return fmt.Errorf("%w: %d messages of future views from replica %d", ErrFull, len(r.future[src]), src)
+	}
+	r.future[src] = append(r.future[src], m)
+	return errBuffered
+}
+
+// maxFuture bounds the future-view messages buffered per sender: enough
+// for a pre-prepare, prepare and commit at every sequence number of a
+// window.
+func (r *Replica) maxFuture() int { return 3*int(r.cfg.WatermarkWindow) + 8 }
+
+func buffered(err error) error {
+	if err == errBuffered {
+		return nil
+	}
+	return err
+}
+
+func (r *Replica) notePeerView(src ReplicaID, v uint64) {
+	if v > r.peerView[src] {
+		r.peerView[src] = v
+	}
+}
+
+func (r *Replica) onPrePrepare(src ReplicaID, pp *PrePrepare) error {
+	if src != r.primary(pp.View) {
+		return fmt.Errorf("%w: pre-prepare for view %d sent by replica %d, not its primary", ErrForged, pp.View, src)
+	}
+	r.notePeerView(src, pp.View)
+	if err := r.admitView(src, pp.View, pp); err != nil {
+		return buffered(err)
+	}
+	if pp.Seq <= r.lastExec || pp.Seq <= r.viewMinS {
+		return fmt.Errorf("%w: pre-prepare for seq %d, executed up to %d", ErrStale, pp.Seq, r.lastExec)
+	}
+	if !r.inWindow(pp.Seq) {
+		return r.windowErr(pp.Seq)
+	}
+	if e := r.log[pp.Seq]; e != nil && e.view == r.view && e.pp != nil {
+		if e.pp.Digest == pp.Digest {
+			return fmt.Errorf("%w: pre-prepare for seq %d", ErrDuplicate, pp.Seq)
+		}
+		return fmt.Errorf("%w: view %d seq %d", ErrEquivocation, pp.View, pp.Seq)
+	}
+	if err := r.checkBatch(pp.Batch); err != nil {
+		return err
+	}
+	if BatchDigest(pp.Batch) != pp.Digest {
+		return fmt.Errorf("%w: pre-prepare digest does not match its batch", ErrForged)
+	}
+	if !r.cfg.Auth.Verify(src, pp, pp.Sig) {
+		return fmt.Errorf("%w: pre-prepare signature", ErrForged)
+	}
+	for i := range pp.Batch {
+		if !r.cfg.Auth.VerifyRequest(&pp.Batch[i]) {
+			return fmt.Errorf("%w: pre-prepare holds request %d of client %d with a bad authenticator", ErrForged, pp.Batch[i].Timestamp, pp.Batch[i].Client)
+		}
+	}
+	e := r.entryFor(pp.Seq)
+	if e.committed && e.cDigest != pp.Digest {
+		return fmt.Errorf("%w: pre-prepare conflicts with the batch committed at seq %d", ErrForged, pp.Seq)
+	}
+	r.acceptPrePrepare(e, pp)
+	return nil
+}
+
+// acceptPrePrepare binds pp to its slot in the current view; a backup
+// then prepares it.
+func (r *Replica) acceptPrePrepare(e *entry, pp *PrePrepare) {
+	e.pp = pp
+	if pp.Seq > r.nextSeq {
+		r.nextSeq = pp.Seq
+	}
+	if pp.Seq > r.lastExec {
+		for i := range pp.Batch {
+			r.proposed[reqKey{pp.Batch[i].Client, pp.Batch[i].Timestamp}] = pp.Seq
+		}
+	}
+	if !r.isPrimary() {
+		p := &Prepare{View: pp.View, Seq: pp.Seq, Digest: pp.Digest, Replica: r.id}
+		p.Sig = r.cfg.Auth.Sign(p)
+		e.prepares[r.id] = p
+		r.broadcast(p)
+	}
+	r.checkPrepared(e)
+}
+
+func (r *Replica) onPrepare(src ReplicaID, p *Prepare) error {
+	if src == r.primary(p.View) {
+		return fmt.Errorf("%w: prepare from the primary of view %d", ErrInvalid, p.View)
+	}
+	r.notePeerView(src, p.View)
+	if err := r.admitView(src, p.View, p); err != nil {
+		return buffered(err)
+	}
+	if p.Seq <= r.low || !r.inWindow(p.Seq) {
+		return r.windowErr(p.Seq)
+	}
+	e := r.entryFor(p.Seq)
+	if _, ok := e.prepares[src]; ok {
+		r.answerLaggard(src, e)
+		return fmt.Errorf("%w: prepare of replica %d for seq %d", ErrDuplicate, src, p.Seq)
+	}
+	if !r.cfg.Auth.Verify(src, p, p.Sig) {
+		return fmt.Errorf("%w: prepare signature of replica %d", ErrForged, src)
+	}
+	e.prepares[src] = p
+	r.checkPrepared(e)
+	return nil
+}
+
+// checkPrepared: a pre-prepare and 2f matching prepares from distinct
+// backups make the slot prepared; the replica then commits.
+func (r *Replica) checkPrepared(e *entry) {
+	if e.prepared || e.pp == nil {
+		return
+	}
+	prim := r.primary(e.view)
+	var match []Prepare
+	for id, p := range e.prepares {
+		if id != prim && p.Digest == e.pp.Digest {
+			match = append(match, *p)
+		}
+	}
+	if len(match) < r.q-1 {
+		return
+	}
+	// Keep exactly 2f prepares, ordered, so certificates are small and
+	// identical inputs give identical messages.
+	sort.Slice(match, func(i, j int) bool { return match[i].Replica < match[j].Replica })
+	e.prepared = true
+	e.cert = &PreparedCert{PrePrepare: *e.pp, Prepares: match[:r.q-1]}
+	c := &Commit{View: e.view, Seq: e.seq, Digest: e.pp.Digest, Replica: r.id}
+	e.commits[r.id] = c.Digest
+	e.sentCommit = true
+	r.broadcast(c)
+	r.checkCommitted(e)
+}
+
+func (r *Replica) onCommit(src ReplicaID, c *Commit) error {
+	r.notePeerView(src, c.View)
+	if err := r.admitView(src, c.View, c); err != nil {
+		return buffered(err)
+	}
+	if c.Seq <= r.low || !r.inWindow(c.Seq) {
+		return r.windowErr(c.Seq)
+	}
+	e := r.entryFor(c.Seq)
+	if _, ok := e.commits[src]; ok {
+		r.answerLaggard(src, e)
+		return fmt.Errorf("%w: commit of replica %d for seq %d", ErrDuplicate, src, c.Seq)
+	}
+	e.commits[src] = c.Digest
+	r.checkCommitted(e)
+	return nil
+}
+
+// checkCommitted: prepared plus 2f+1 matching commits (own included) make
+// the slot committed-local; execution follows in sequence order.
+func (r *Replica) checkCommitted(e *entry) {
+	if !e.prepared || e.committed {
+		return
+	}
+	n := 0
+	for _, d := range e.commits {
+		if d == e.pp.Digest {
+			n++
+		}
+	}
+	if n < r.q {
+		return
+	}
+	e.committed = true
+	e.cView = e.view
+	e.cDigest = e.pp.Digest
+	e.batch = e.pp.Batch
+	r.tryExecute()
+}
+
+// tryExecute executes committed batches in sequence order.
+func (r *Replica) tryExecute() {
+	progressed := false
+	for {
+		e := r.log[r.lastExec+1]
+		if e == nil || !e.committed {
+			break
+		}
+		r.execute(e)
+		progressed = true
+	}
+	if progressed && r.isPrimary() {
+		r.propose(false)
+	}
+}
+
+func (r *Replica) execute(e *entry) {
+	for i := range e.batch {
+		req := &e.batch[i]
+		k := reqKey{req.Client, req.Timestamp}
+		r.pending.remove(k)
+		delete(r.proposed, k)
+		// Every replica skips the same requests: the reply cache is
+		// replicated state, so this is deterministic.
+		if last := r.replies[req.Client]; last != nil && req.Timestamp <= last.Timestamp {
+			continue
+		}
+		rep := &Reply{View: r.view, Timestamp: req.Timestamp, Client: req.Client, Replica: r.id, Result: r.cfg.App.Execute(req.Op)}
+		r.replies[req.Client] = rep
+		r.out = append(r.out, Envelope{To: ToClient(req.Client), Msg: rep})
+	}
+	r.lastExec = e.seq
+	r.committed = append(r.committed, Committed{View: e.cView, Seq: e.seq, Digest: e.cDigest, Batch: e.batch})
+	r.reqTimer = 0
+	r.fetchTimer = 0
+	if e.seq%r.cfg.CheckpointInterval == 0 {
+		r.checkpoint(e.seq)
+	}
+}
+
+// tickResend retransmits this replica's own normal-case messages for the
+// slots that have not committed when execution stalls for FetchTicks: the
+// links may lose messages, and without this every loss would cost a view
+// change. Receivers drop what they already counted (ErrDuplicate).
+func (r *Replica) tickResend() {
+	if r.nextSeq <= r.lastExec {
+		r.stallTimer = 0
+		return
+	}
+	r.stallTimer++
+	if r.stallTimer < r.cfg.FetchTicks {
+		return
+	}
+	r.stallTimer = 0
+	for s := r.lastExec + 1; s <= r.nextSeq && s-r.lastExec <= r.cfg.WatermarkWindow; s++ {
+		e := r.log[s]
+		if e == nil || e.view != r.view || e.pp == nil {
+			continue
+		}
+		if r.isPrimary() {
+			r.broadcast(e.pp)
+		} else if p := e.prepares[r.id]; p != nil {
+			r.broadcast(p)
+		}
+		if e.sentCommit {
+			r.broadcast(&Commit{View: e.view, Seq: s, Digest: e.pp.Digest, Replica: r.id})
+		}
+	}
+}
+
+// answerLaggard responds to a peer retransmitting votes for a slot we
+// committed: it stalls there, probably for lost messages, so we send it
+// our own messages for every slot of this view we committed. At most once
+// per FetchTicks per peer, which also ends any echo between two replicas.
+func (r *Replica) answerLaggard(to ReplicaID, e *entry) {
+	if !e.committed || e.cView != r.view {
+		return
+	}
+	if last, ok := r.lastAnswer[to]; ok && r.now-last < uint64(r.cfg.FetchTicks) {
+		return
+	}
+	r.lastAnswer[to] = r.now
+	seqs := make([]uint64, 0, len(r.log))
+	for s, e := range r.log {
+		if e.view == r.view && e.pp != nil && e.sentCommit {
+			seqs = append(seqs, s)
+		}
+	}
+	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
+	for _, s := range seqs {
+		e := r.log[s]
+		if r.isPrimary() {
+			r.send(to, e.pp)
+		} else if p := e.prepares[r.id]; p != nil {
+			r.send(to, p)
+		}
+		r.send(to, &Commit{View: e.view, Seq: s, Digest: e.pp.Digest, Replica: r.id})
+	}
+}

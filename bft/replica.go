@@ -1,0 +1,466 @@
+package bft
+
+import (
+	"fmt"
+	"sort"
+)
+
+// viewHorizon bounds how far above its view a replica buffers messages
+// and accepts view changes. A replica further behind learns the view by
+// view synchronization (see doc.go).
+const viewHorizon = 64
+
+// Replica is one PBFT replica as a deterministic state machine. It is not
+// safe for concurrent use: the driver calls Step, Tick, Ready and Status
+// from one goroutine (or under one lock).
+type Replica struct {
+	cfg  Config
+	id   ReplicaID
+	n    int
+	q    int // quorum, 2f+1
+	f    int
+	now  uint64
+	view uint64
+	// viewChanging: this replica sent a view change for view and has not
+	// yet accepted its new view; it takes no normal-case messages.
+	viewChanging bool
+
+	lastExec uint64
+	// low is the stable checkpoint this replica holds the state of: the
+	// low watermark. lowCert proves it (empty for 0).
+	low     uint64
+	lowCert []Checkpoint
+	// target is the highest stable checkpoint known (certified by a
+	// quorum), at least low; above lastExec, the replica may have to fetch
+	// it. Messages in (target, target+L] are accepted too, so a replica
+	// catching up keeps what it needs right after the state arrives.
+	target       uint64
+	targetDigest Digest
+	targetCert   []Checkpoint
+
+	log map[uint64]*entry
+
+	// Client bookkeeping: replies is the reply cache (replicated state),
+	// pending the verified requests neither executed nor (at the primary)
+	// proposed, proposed the requests in the current view's log.
+	replies  map[ClientID]*Reply
+	pending  pendingQueue
+	proposed map[reqKey]uint64
+
+	// Primary state.
+	nextSeq    uint64 // highest sequence number assigned in this view
+	batchTimer int    // ticks a held-back batch has waited
+
+	// Backup request timer.
+	reqTimer int
+	// Retransmission timers: for slots that stall, and for our view change.
+	stallTimer int
+	vcResend   int
+
+	// Checkpoints.
+	ckpts      map[uint64]*ownCheckpoint // own, at seqs >= low
+	ckVotes    map[uint64]map[ReplicaID]*Checkpoint
+	ckBySender map[ReplicaID][]uint64
+
+	// View change.
+	vcs         map[ReplicaID]*ViewChange // each replica's highest valid one
+	vcTimer     int
+	vcBackoff   uint
+	nvSent      bool
+	lastNewView *NewView
+	viewMinS    uint64 // min-s of the current view's new view
+	installing  bool   // enterView is installing the new view's pre-prepares
+	future      map[ReplicaID][]Message
+	peerView    map[ReplicaID]uint64
+	lastHelp    map[ReplicaID]uint64 // tick a peer was last sent our new view
+	lastAnswer  map[ReplicaID]uint64 // tick a lagging peer was last sent our votes
+
+	// State transfer.
+	fetchTimer int
+	lastServe  map[ReplicaID]uint64
+
+	// Output.
+	out        []Envelope
+	committed  []Committed
+	lastStable uint64 // Stable reported in the last Ready
+
+	stats Status
+}
+
+type reqKey struct {
+	client ClientID
+	ts     uint64
+}
+
+// entry is the log slot of one sequence number.
+type entry struct {
+	seq  uint64
+	view uint64 // the view the votes below are for
+	pp   *PrePrepare
+	// One vote per replica per view: the first one counts.
+	prepares   map[ReplicaID]*Prepare
+	commits    map[ReplicaID]Digest
+	prepared   bool
+	sentCommit bool
+	// Kept across views: the highest-view prepared certificate (for view
+	// changes) and, once committed, the batch to execute.
+	cert      *PreparedCert
+	committed bool
+	cView     uint64
+	cDigest   Digest
+	batch     []Request
+}
+
+// Ready is what a replica accumulated since the last call to Ready.
+type Ready struct {
+	// Messages to send, in order. The core expands broadcasts into one
+	// envelope per other replica. Messages may share pointers; treat them
+	// as immutable.
+	Messages []Envelope
+	// Committed lists the batches executed since the last Ready, in
+	// sequence order. Execution already happened (through App); this is a
+	// report.
+	Committed []Committed
+	// Stable is the latest stable checkpoint's sequence number, 0 if none.
+	Stable uint64
+}
+
+// Committed reports one executed batch.
+type Committed struct {
+	View, Seq uint64
+	Digest    Digest
+	Batch     []Request
+}
+
+// Status is a snapshot of a replica's progress and counters.
+type Status struct {
+	View         uint64
+	Primary      ReplicaID
+	ViewChanging bool
+	LowWatermark uint64
+	LastExecuted uint64
+	Stable       uint64
+	// KnownStable is the highest stable checkpoint this replica knows of;
+	// above LastExecuted while it catches up.
+	KnownStable uint64
+
+	ViewChanges    uint64 // view changes started (view-change messages sent)
+	NewViews       uint64 // new views entered
+	StateTransfers uint64 // states restored
+	Fetches        uint64 // FetchState messages sent
+	LogEntries     int    // sequence numbers with state in the log
+	Pending        int    // requests held, not executed
+	Checkpoints    int    // own checkpoints (snapshots) held
+	CheckpointSeqs int    // sequence numbers with checkpoint votes held
+	Buffered       int    // future-view messages buffered
+}
+
+// NewReplica validates cfg, fills its defaults and returns a replica in
+// view 0 with nothing executed.
+func NewReplica(cfg Config) (*Replica, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	r := &Replica{
+		cfg:        cfg,
+		id:         cfg.ID,
+		n:          cfg.N,
+		q:          cfg.q(),
+		f:          cfg.f(),
+		log:        make(map[uint64]*entry),
+		replies:    make(map[ClientID]*Reply),
+		proposed:   make(map[reqKey]uint64),
+		ckpts:      make(map[uint64]*ownCheckpoint),
+		ckVotes:    make(map[uint64]map[ReplicaID]*Checkpoint),
+		ckBySender: make(map[ReplicaID][]uint64),
+		vcs:        make(map[ReplicaID]*ViewChange),
+		future:     make(map[ReplicaID][]Message),
+		peerView:   make(map[ReplicaID]uint64),
+		lastHelp:   make(map[ReplicaID]uint64),
+		lastAnswer: make(map[ReplicaID]uint64),
+		lastServe:  make(map[ReplicaID]uint64),
+	}
+	r.pending.init()
+	// The state at seq 0 is a checkpoint every replica shares without a
+	// certificate.
+	r.ckpts[0] = r.takeCheckpoint(0)
+	r.targetDigest = r.ckpts[0].digest
+	return r, nil
+}
+
+func (r *Replica) primary(v uint64) ReplicaID { return ReplicaID(v % uint64(r.n)) }
+func (r *Replica) isPrimary() bool            { return r.primary(r.view) == r.id }
+
+// Step processes one message that arrived from from, the sender the
+// driver's authenticated link names. A nil error means the message was
+// used (or buffered for a view this replica is about to enter); an error
+// wraps one of the Err values and means it was dropped. Step never panics
+// and never blocks. The replica keeps references to m: the caller must not
+// modify it afterwards.
+func (r *Replica) Step(from Target, m Message) error {
+	if m == nil {
+		return fmt.Errorf("%w: nil message", ErrInvalid)
+	}
+	if from.Client {
+		req, ok := m.(*Request)
+		if !ok || req == nil {
+			return fmt.Errorf("%w: %T from client %d", ErrInvalid, m, from.ID)
+		}
+		if uint64(req.Client) != from.ID {
+			return fmt.Errorf("%w: request of client %d sent by client %d", ErrForged, req.Client, from.ID)
+		}
+		return r.onRequest(req, true)
+	}
+	if from.ID >= uint64(r.n) {
+		return fmt.Errorf("%w: sender %d is not a replica", ErrInvalid, from.ID)
+	}
+	src := ReplicaID(from.ID)
+	if src == r.id {
+		return fmt.Errorf("%w: message from self", ErrInvalid)
+	}
+	switch m := m.(type) {
+	case *Request:
+		if m == nil {
+			break
+		}
+		return r.onRequest(m, false)
+	case *PrePrepare:
+		if m == nil {
+			break
+		}
+		return r.onPrePrepare(src, m)
+	case *Prepare:
+		if m == nil {
+			break
+		}
+		if m.Replica != src {
+			return fmt.Errorf("%w: prepare claims replica %d, sent by %d", ErrForged, m.Replica, src)
+		}
+		return r.onPrepare(src, m)
+	case *Commit:
+		if m == nil {
+			break
+		}
+		if m.Replica != src {
+			return fmt.Errorf("%w: commit claims replica %d, sent by %d", ErrForged, m.Replica, src)
+		}
+		return r.onCommit(src, m)
+	case *Checkpoint:
+		if m == nil {
+			break
+		}
+		if m.Replica != src {
+			return fmt.Errorf("%w: checkpoint claims replica %d, sent by %d", ErrForged, m.Replica, src)
+		}
+		return r.onCheckpoint(m)
+	case *ViewChange:
+		if m == nil {
+			break
+		}
+		if m.Replica != src {
+			return fmt.Errorf("%w: view change claims replica %d, sent by %d", ErrForged, m.Replica, src)
+		}
+		return r.onViewChange(m)
+	case *NewView:
+		if m == nil {
+			break
+		}
+		// Any replica may forward a new view: its primary's signature, and
+		// the signatures of everything inside, prove it.
+		return r.onNewView(m)
+	case *FetchState:
+		if m == nil {
+			break
+		}
+		if m.Replica != src {
+			return fmt.Errorf("%w: fetch claims replica %d, sent by %d", ErrForged, m.Replica, src)
+		}
+		return r.onFetchState(m)
+	case *State:
+		if m == nil {
+			break
+		}
+		if m.Replica != src {
+			return fmt.Errorf("%w: state claims replica %d, sent by %d", ErrForged, m.Replica, src)
+		}
+		return r.onState(m)
+	case *Reply:
+		return fmt.Errorf("%w: reply sent to a replica", ErrInvalid)
+	default:
+		return fmt.Errorf("%w: unknown message type %T", ErrInvalid, m)
+	}
+	return fmt.Errorf("%w: nil %T", ErrInvalid, m)
+}
+
+// Tick advances the replica's abstract clock by one tick. All timeouts in
+// Config count ticks; the driver picks the tick length (a few milliseconds
+// to tens of milliseconds: BatchTicks=1 makes it the batching delay).
+func (r *Replica) Tick() {
+	r.now++
+	if r.viewChanging {
+		r.tickViewChange()
+	} else {
+		r.tickResend()
+	}
+	if !r.viewChanging && r.isPrimary() {
+		if r.pending.unproposed(r) > 0 {
+			r.batchTimer++
+			if r.batchTimer >= r.cfg.BatchTicks {
+				r.propose(true)
+			}
+		} else {
+			r.batchTimer = 0
+		}
+	}
+	if r.viewChanging {
+	} else if r.waiting() || r.nextSeq > r.lastExec {
+		// A primary whose own log stalls also votes for a new view:
+		// without it, a view where fewer than a quorum still take part
+		// (the others moved on) would wait forever.
+		r.reqTimer++
+		if r.reqTimer >= r.cfg.RequestTicks {
+			r.startViewChange(r.view + 1)
+		}
+	} else {
+		r.reqTimer = 0
+	}
+	r.tickFetch()
+}
+
+// HasReady reports whether Ready has anything new.
+func (r *Replica) HasReady() bool {
+	return len(r.out) > 0 || len(r.committed) > 0 || r.low != r.lastStable
+}
+
+// Ready returns what accumulated since the last call and clears it. The
+// driver sends Messages in order (nothing needs to be persisted first:
+// this PBFT keeps no durable state; a restarted replica recovers by state
+// transfer) and may hand Committed to the application layer, e.g. to
+// answer clients waiting on a local replica.
+func (r *Replica) Ready() Ready {
+	rd := Ready{Messages: r.out, Committed: r.committed, Stable: r.low}
+	r.out, r.committed = nil, nil
+	r.lastStable = r.low
+	return rd
+}
+
+// Status reports the replica's progress.
+func (r *Replica) Status() Status {
+	s := r.stats
+	s.View = r.view
+	s.Primary = r.primary(r.view)
+	s.ViewChanging = r.viewChanging
+	s.LowWatermark = r.low
+	s.LastExecuted = r.lastExec
+	s.Stable = r.low
+	s.KnownStable = r.target
+	s.LogEntries = len(r.log)
+	s.Pending = len(r.pending.byKey)
+	s.Checkpoints = len(r.ckpts)
+	s.CheckpointSeqs = len(r.ckVotes)
+	for _, b := range r.future {
+		s.Buffered += len(b)
+	}
+	return s
+}
+
+func (r *Replica) send(to ReplicaID, m Message) {
+	if to == r.id {
+		return
+	}
+	r.out = append(r.out, Envelope{To: ToReplica(to), Msg: m})
+}
+
+func (r *Replica) broadcast(m Message) {
+	for i := 0; i < r.n; i++ {
+		r.send(ReplicaID(i), m)
+	}
+}
+
+// inWindow reports whether seq is one this replica keeps log state for.
+func (r *Replica) inWindow(seq uint64) bool {
+	L := r.cfg.WatermarkWindow
+	if seq > r.low && seq-r.low <= L {
+		return true
+	}
+	return seq > r.target && seq-r.target <= L
+}
+
+func (r *Replica) windowErr(seq uint64) error {
+	return fmt.Errorf("%w: seq %d not in (%d, %d] nor (%d, %d]", ErrWatermark, seq, r.low, r.low+r.cfg.WatermarkWindow, r.target, r.target+r.cfg.WatermarkWindow)
+}
+
+// entryFor returns seq's log slot with votes for the current view,
+// creating it; the caller checked inWindow.
+func (r *Replica) entryFor(seq uint64) *entry {
+	e := r.log[seq]
+	if e == nil {
+		e = &entry{seq: seq}
+		r.log[seq] = e
+	}
+	if e.prepares == nil || e.view != r.view {
+		e.view = r.view
+		e.pp = nil
+		e.prepares = make(map[ReplicaID]*Prepare)
+		e.commits = make(map[ReplicaID]Digest)
+		e.prepared, e.sentCommit = false, false
+	}
+	return e
+}
+
+// prune drops log slots and checkpoint votes that no longer fit the
+// windows, keeping memory bounded by about 2L slots.
+func (r *Replica) prune() {
+	for s := range r.log {
+		if s <= r.low || !r.inWindow(s) {
+			delete(r.log, s)
+		}
+	}
+	for s := range r.ckVotes {
+		if s <= r.low {
+			delete(r.ckVotes, s)
+		}
+	}
+	for id, seqs := range r.ckBySender {
+		k := 0
+		for _, s := range seqs {
+			if s > r.low {
+				seqs[k] = s
+				k++
+			}
+		}
+		r.ckBySender[id] = seqs[:k]
+	}
+	for s := range r.ckpts {
+		if s < r.low {
+			delete(r.ckpts, s)
+		}
+	}
+}
+
+// rebuildProposed recomputes which requests the current view's log holds,
+// so the primary does not propose them twice.
+func (r *Replica) rebuildProposed() {
+	clear(r.proposed)
+	seqs := make([]uint64, 0, len(r.log))
+	for s := range r.log {
+		seqs = append(seqs, s)
+	}
+	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
+	for _, s := range seqs {
+		e := r.log[s]
+		if s <= r.lastExec {
+			continue
+		}
+		var b []Request
+		switch {
+		case e.committed:
+			b = e.batch
+		case e.view == r.view && e.pp != nil:
+			b = e.pp.Batch
+		}
+		for i := range b {
+			r.proposed[reqKey{b[i].Client, b[i].Timestamp}] = s
+		}
+	}
+}

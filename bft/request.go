@@ -1,0 +1,188 @@
+package bft
+
+import "fmt"
+
+// pendingQueue holds verified client requests not yet executed, in arrival
+// order. The primary proposes from it the requests its log does not hold;
+// backups keep it to time the primary and to hand it to a new primary.
+type pendingQueue struct {
+	byKey map[reqKey]*Request
+	order []reqKey // arrival order; may name removed keys
+}
+
+func (p *pendingQueue) init() { p.byKey = make(map[reqKey]*Request) }
+
+func (p *pendingQueue) add(k reqKey, req *Request) {
+	p.byKey[k] = req
+	p.order = append(p.order, k)
+}
+
+func (p *pendingQueue) remove(k reqKey) {
+	delete(p.byKey, k)
+	if len(p.byKey) == 0 {
+		p.order = p.order[:0]
+	}
+}
+
+// compact drops removed keys from order once they dominate it, keeping the
+// queue's memory proportional to what it holds.
+func (p *pendingQueue) compact() {
+	if len(p.order) < 64 || len(p.order) < 2*len(p.byKey) {
+		return
+	}
+	k := 0
+	for _, key := range p.order {
+		if _, ok := p.byKey[key]; ok {
+			p.order[k] = key
+			k++
+		}
+	}
+	clear(p.order[k:])
+	p.order = p.order[:k]
+}
+
+// unproposed counts held requests the current view's log does not hold.
+func (p *pendingQueue) unproposed(r *Replica) int {
+	c := 0
+	for k := range p.byKey {
+		if _, ok := r.proposed[k]; !ok {
+			c++
+		}
+	}
+	return c
+}
+
+// onRequest handles a client request, sent by the client itself or
+// forwarded by a replica.
+func (r *Replica) onRequest(req *Request, fromClient bool) error {
+	if len(req.Op) > r.cfg.MaxOpSize {
+		return fmt.Errorf("%w: op of %d bytes exceeds %d", ErrInvalid, len(req.Op), r.cfg.MaxOpSize)
+	}
+	if last := r.replies[req.Client]; last != nil && req.Timestamp <= last.Timestamp {
+		if req.Timestamp == last.Timestamp {
+			// The client missed our reply: send it again, in our view so
+			// the client learns the current primary. Not re-executed.
+			rep := *last
+			rep.View = r.view
+			r.out = append(r.out, Envelope{To: ToClient(req.Client), Msg: &rep})
+			return nil
+		}
+		return fmt.Errorf("%w: request %d of client %d, executed up to %d", ErrStale, req.Timestamp, req.Client, last.Timestamp)
+	}
+	k := reqKey{req.Client, req.Timestamp}
+	held, inPending := r.pending.byKey[k]
+	_, inLog := r.proposed[k]
+	if inPending || inLog {
+		// A retransmission: the client got no result in time. A backup
+		// forwards it again (the primary may have missed it); its timer
+		// is already running since the request is pending.
+		if fromClient && inPending && !r.viewChanging && !r.isPrimary() {
+			r.send(r.primary(r.view), held)
+			return nil
+		}
+		return fmt.Errorf("%w: request %d of client %d already held", ErrDuplicate, req.Timestamp, req.Client)
+	}
+	if !r.cfg.Auth.VerifyRequest(req) {
+		return fmt.Errorf("%w: request %d of client %d: bad authenticator", ErrForged, req.Timestamp, req.Client)
+	}
+	if len(r.pending.byKey) >= r.cfg.MaxPending {
+		return fmt.Errorf("%w: %d requests pending", ErrFull, len(r.pending.byKey))
+	}
+	r.pending.add(k, req)
+	switch {
+	case r.viewChanging:
+		// Held for the next primary.
+	case r.isPrimary():
+		r.propose(false)
+	case fromClient:
+		r.send(r.primary(r.view), req)
+	}
+	return nil
+}
+
+// waiting reports whether a backup expects the primary to make progress:
+// it holds a request or an accepted pre-prepare not yet executed. A
+// replica behind a known stable checkpoint waits for state, not for the
+// primary.
+func (r *Replica) waiting() bool {
+	if r.target > r.lastExec {
+		return false
+	}
+	return len(r.pending.byKey) > 0 || r.nextSeq > r.lastExec
+}
+
+// propose assigns sequence numbers to held requests. With fewer than
+// MaxInFlight batches outstanding it proposes whatever it holds at once;
+// beyond that it waits for a full batch, or for force (the batch timer).
+func (r *Replica) propose(force bool) {
+	if r.viewChanging || r.installing || !r.isPrimary() {
+		return
+	}
+	for {
+		seq := r.nextSeq + 1
+		if seq <= r.low || seq-r.low > r.cfg.WatermarkWindow || seq <= r.viewMinS {
+			return // window full: wait for a stable checkpoint
+		}
+		batch, full := r.collectBatch()
+		if len(batch) == 0 {
+			r.batchTimer = 0
+			return
+		}
+		if !full && !force && r.nextSeq-r.lastExec >= uint64(r.cfg.MaxInFlight) {
+			return
+		}
+		force = false
+		r.batchTimer = 0
+		pp := &PrePrepare{View: r.view, Seq: seq, Digest: BatchDigest(batch), Batch: batch}
+		pp.Sig = r.cfg.Auth.Sign(pp)
+		r.broadcast(pp)
+		r.acceptPrePrepare(r.entryFor(seq), pp)
+	}
+}
+
+// collectBatch takes held requests, oldest first, that the log does not
+// hold, up to the batch bounds; full reports that a bound stopped it.
+func (r *Replica) collectBatch() (batch []Request, full bool) {
+	bytes := 0
+	r.pending.compact()
+	for _, k := range r.pending.order {
+		req, ok := r.pending.byKey[k]
+		if !ok {
+			continue
+		}
+		if _, ok := r.proposed[k]; ok {
+			continue
+		}
+		if last := r.replies[k.client]; last != nil && k.ts <= last.Timestamp {
+			r.pending.remove(k)
+			continue
+		}
+		if len(batch) == r.cfg.MaxBatch || bytes+len(req.Op) > r.cfg.MaxBatchBytes {
+			return batch, true
+		}
+		bytes += len(req.Op)
+		batch = append(batch, *req)
+		if len(batch) == r.cfg.MaxBatch {
+			full = true
+		}
+	}
+	return batch, full
+}
+
+// checkBatch applies the batch bounds every replica shares.
+func (r *Replica) checkBatch(b []Request) error {
+	if len(b) > r.cfg.MaxBatch {
+		return fmt.Errorf("%w: batch of %d requests exceeds %d", ErrInvalid, len(b), r.cfg.MaxBatch)
+	}
+	total := 0
+	for i := range b {
+		if len(b[i].Op) > r.cfg.MaxOpSize {
+			return fmt.Errorf("%w: op of %d bytes in batch", ErrInvalid, len(b[i].Op))
+		}
+		total += len(b[i].Op)
+	}
+	if total > r.cfg.MaxBatchBytes {
+		return fmt.Errorf("%w: batch of %d bytes exceeds %d", ErrInvalid, total, r.cfg.MaxBatchBytes)
+	}
+	return nil
+}

@@ -1,0 +1,378 @@
+package bft
+
+import (
+	"fmt"
+	"sort"
+)
+
+// startViewChange moves this replica to view w (> its view) and votes for
+// it. From now on it takes no normal-case messages of older views.
+func (r *Replica) startViewChange(w uint64) {
+	if w <= r.view {
+		return
+	}
+	r.view = w
+	r.viewChanging = true
+	r.nvSent = false
+	r.reqTimer, r.vcTimer, r.batchTimer, r.vcResend = 0, 0, 0, 0
+	vc := &ViewChange{View: w, StableSeq: r.low, Stable: r.lowCert, Replica: r.id}
+	seqs := make([]uint64, 0, len(r.log))
+	for s, e := range r.log {
+		if e.cert != nil && s > r.low && s-r.low <= r.cfg.WatermarkWindow {
+			seqs = append(seqs, s)
+		}
+	}
+	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
+	for _, s := range seqs {
+		vc.Prepared = append(vc.Prepared, *r.log[s].cert)
+	}
+	vc.Sig = r.cfg.Auth.Sign(vc)
+	r.stats.ViewChanges++
+	for id, old := range r.vcs {
+		if old.View < w {
+			delete(r.vcs, id)
+		}
+	}
+	r.vcs[r.id] = vc
+	r.broadcast(vc)
+	r.dropFuture(func(v uint64) bool { return v < w })
+	r.checkViewChanges()
+}
+
+func (r *Replica) onViewChange(vc *ViewChange) error {
+	if vc.View < r.view || (vc.View == r.view && !r.viewChanging) {
+		// The sender is behind: our new view lets it catch up.
+		r.help(vc.Replica)
+		return fmt.Errorf("%w: view change to %d, replica in view %d", ErrStale, vc.View, r.view)
+	}
+	if vc.View-r.view > viewHorizon {
+		return fmt.Errorf("%w: view change to %d beyond horizon of view %d", ErrWatermark, vc.View, r.view)
+	}
+	if old := r.vcs[vc.Replica]; old != nil && old.View >= vc.View {
+		return fmt.Errorf("%w: view change to %d of replica %d", ErrDuplicate, vc.View, vc.Replica)
+	}
+	if err := r.verifyViewChange(vc); err != nil {
+		return err
+	}
+	r.vcs[vc.Replica] = vc
+	r.checkViewChanges()
+	return nil
+}
+
+// checkViewChanges applies the two view-change rules that depend on the
+// votes held: join the smallest higher view that f+1 replicas ask for
+// (they include a correct one, so the view change is real), and as the
+// new primary, announce the view once a quorum voted for it.
+func (r *Replica) checkViewChanges() {
+	higher, minView := 0, uint64(0)
+	for _, vc := range r.vcs {
+		if vc.View > r.view {
+			higher++
+			if minView == 0 || vc.View < minView {
+				minView = vc.View
+			}
+		}
+	}
+	if higher >= r.f+1 {
+		r.startViewChange(minView) // calls back here
+		return
+	}
+	if r.viewChanging && r.primary(r.view) == r.id && !r.nvSent && r.vcCount() >= r.q {
+		r.sendNewView()
+	}
+}
+
+func (r *Replica) vcCount() int {
+	c := 0
+	for _, vc := range r.vcs {
+		if vc.View == r.view {
+			c++
+		}
+	}
+	return c
+}
+
+// tickViewChange runs the view-change timer: it starts once a quorum
+// voted for the view (before that, the view change may be this replica's
+// alone), and each consecutive expiry doubles it.
+func (r *Replica) tickViewChange() {
+	// Our view change may have been lost; repeat it. A replica already in
+	// the view answers it with the new view (help).
+	r.vcResend++
+	if r.vcResend >= r.cfg.FetchTicks {
+		r.vcResend = 0
+		if vc := r.vcs[r.id]; vc != nil && vc.View == r.view {
+			r.broadcast(vc)
+		}
+	}
+	// Replicas asking for a later view support leaving this one too; a
+	// replica that moved on counts, or its lost vote for this view could
+	// leave us waiting forever.
+	support := 0
+	for _, vc := range r.vcs {
+		if vc.View >= r.view {
+			support++
+		}
+	}
+	if support < r.q {
+		return
+	}
+	r.vcTimer++
+	shift := r.vcBackoff
+	if shift > 20 {
+		shift = 20
+	}
+	if r.vcTimer >= r.cfg.ViewChangeTicks<<shift {
+		r.vcBackoff++
+		r.startViewChange(r.view + 1)
+	}
+}
+
+// computeNewView derives a new view's pre-prepares from a set of valid
+// view changes, as both the new primary and every backup do: from min-s,
+// the highest stable checkpoint among them, to max-s, the highest
+// prepared sequence number, each slot gets the batch of the prepared
+// certificate of the highest view, or a null batch. The pre-prepares are
+// unsigned.
+func computeNewView(view uint64, vcs []ViewChange) (minS uint64, minCert []Checkpoint, pps []PrePrepare) {
+	for i := range vcs {
+		if vcs[i].StableSeq > minS {
+			minS, minCert = vcs[i].StableSeq, vcs[i].Stable
+		}
+	}
+	best := make(map[uint64]*PreparedCert)
+	maxS := minS
+	for i := range vcs {
+		for j := range vcs[i].Prepared {
+			c := &vcs[i].Prepared[j]
+			s := c.PrePrepare.Seq
+			if s <= minS {
+				continue
+			}
+			if b := best[s]; b == nil || c.PrePrepare.View > b.PrePrepare.View {
+				best[s] = c
+			}
+			if s > maxS {
+				maxS = s
+			}
+		}
+	}
+	null := BatchDigest(nil)
+	for s := minS + 1; s <= maxS && s > minS; s++ {
+		pp := PrePrepare{View: view, Seq: s, Digest: null}
+		if c := best[s]; c != nil {
+			pp.Digest, pp.Batch = c.PrePrepare.Digest, c.PrePrepare.Batch
+		}
+		pps = append(pps, pp)
+	}
+	return minS, minCert, pps
+}
+
+func (r *Replica) sendNewView() {
+	ids := make([]int, 0, len(r.vcs))
+	for id, vc := range r.vcs {
+		if vc.View == r.view {
+			ids = append(ids, int(id))
+		}
+	}
+	sort.Ints(ids)
+	nv := &NewView{View: r.view, Replica: r.id}
+	for _, id := range ids {
+		nv.ViewChanges = append(nv.ViewChanges, *r.vcs[ReplicaID(id)])
+	}
+	minS, minCert, pps := computeNewView(r.view, nv.ViewChanges)
+	for i := range pps {
+		pps[i].Sig = r.cfg.Auth.Sign(&pps[i])
+	}
+	nv.PrePrepares = pps
+	nv.Sig = r.cfg.Auth.Sign(nv)
+	r.nvSent = true
+	r.broadcast(nv)
+	r.enterView(nv, minS, minCert)
+}
+
+func (r *Replica) onNewView(nv *NewView) error {
+	if nv.View == 0 || nv.Replica != r.primary(nv.View) {
+		return fmt.Errorf("%w: new view %d from replica %d, not its primary", ErrForged, nv.View, nv.Replica)
+	}
+	r.notePeerView(nv.Replica, nv.View)
+	if nv.View < r.view || (nv.View == r.view && !r.viewChanging) {
+		return fmt.Errorf("%w: new view %d, replica in view %d", ErrStale, nv.View, r.view)
+	}
+	// No horizon: a valid new view proves its view, however far ahead;
+	// that is how a replica left behind rejoins.
+	if len(nv.ViewChanges) < r.q || len(nv.ViewChanges) > r.n || uint64(len(nv.PrePrepares)) > r.cfg.WatermarkWindow {
+		return fmt.Errorf("%w: new view with %d view changes and %d pre-prepares", ErrInvalid, len(nv.ViewChanges), len(nv.PrePrepares))
+	}
+	if !r.cfg.Auth.Verify(nv.Replica, nv, nv.Sig) {
+		return fmt.Errorf("%w: new view signature", ErrForged)
+	}
+	seen := make(map[ReplicaID]bool)
+	for i := range nv.ViewChanges {
+		vc := &nv.ViewChanges[i]
+		if vc.View != nv.View || seen[vc.Replica] {
+			return fmt.Errorf("%w: new view %d holds a view change to %d or a repeated one", ErrForged, nv.View, vc.View)
+		}
+		seen[vc.Replica] = true
+		if err := r.verifyViewChange(vc); err != nil {
+			return fmt.Errorf("new view %d: %w", nv.View, err)
+		}
+	}
+	minS, minCert, pps := computeNewView(nv.View, nv.ViewChanges)
+	if len(pps) != len(nv.PrePrepares) {
+		return fmt.Errorf("%w: new view %d has %d pre-prepares, view changes give %d", ErrForged, nv.View, len(nv.PrePrepares), len(pps))
+	}
+	for i := range pps {
+		got := &nv.PrePrepares[i]
+		if got.View != pps[i].View || got.Seq != pps[i].Seq || got.Digest != pps[i].Digest || BatchDigest(got.Batch) != got.Digest {
+			return fmt.Errorf("%w: new view %d pre-prepare for seq %d differs from the recomputed one", ErrForged, nv.View, pps[i].Seq)
+		}
+		if !r.cfg.Auth.Verify(nv.Replica, got, got.Sig) {
+			return fmt.Errorf("%w: new view %d pre-prepare signature for seq %d", ErrForged, nv.View, got.Seq)
+		}
+	}
+	r.enterView(nv, minS, minCert)
+	return nil
+}
+
+// enterView installs a verified new view: its stable checkpoint, its
+// pre-prepares (which backups prepare), then the messages buffered for it.
+func (r *Replica) enterView(nv *NewView, minS uint64, minCert []Checkpoint) {
+	r.view = nv.View
+	r.viewChanging = false
+	r.reqTimer, r.vcTimer, r.batchTimer, r.vcBackoff = 0, 0, 0, 0
+	r.lastNewView = nv
+	r.viewMinS = minS
+	r.stats.NewViews++
+	for id, vc := range r.vcs {
+		if vc.View <= r.view {
+			delete(r.vcs, id)
+		}
+	}
+	if minS > r.low && len(minCert) > 0 {
+		r.learnStable(minS, minCert[0].State, minCert)
+	}
+	r.nextSeq = max(minS, r.lastExec)
+	// Until every pre-prepare of the new view is in place, the primary
+	// must not assign sequence numbers (execution may trigger proposing).
+	r.installing = true
+	for i := range nv.PrePrepares {
+		pp := &nv.PrePrepares[i]
+		if !r.inWindow(pp.Seq) {
+			continue
+		}
+		e := r.entryFor(pp.Seq)
+		if e.committed && e.cDigest != pp.Digest {
+			// Cannot happen with at most f faults: a committed batch is
+			// in every quorum's view changes.
+			continue
+		}
+		r.acceptPrePrepare(e, pp)
+	}
+	r.installing = false
+	r.rebuildProposed()
+	r.dropFuture(func(v uint64) bool { return v < r.view })
+	r.replayFuture()
+	if r.isPrimary() {
+		r.propose(false)
+		return
+	}
+	// Hand the new primary what we hold: the old primary may have dropped
+	// it, and clients retransmit only after a while.
+	r.pending.compact()
+	for _, k := range r.pending.order {
+		if req, ok := r.pending.byKey[k]; ok {
+			if _, in := r.proposed[k]; !in {
+				r.send(r.primary(r.view), req)
+			}
+		}
+	}
+}
+
+func msgView(m Message) uint64 {
+	switch m := m.(type) {
+	case *PrePrepare:
+		return m.View
+	case *Prepare:
+		return m.View
+	case *Commit:
+		return m.View
+	}
+	return 0
+}
+
+func (r *Replica) dropFuture(drop func(v uint64) bool) {
+	for id, buf := range r.future {
+		k := 0
+		for _, m := range buf {
+			if !drop(msgView(m)) {
+				buf[k] = m
+				k++
+			}
+		}
+		clear(buf[k:])
+		if k == 0 {
+			delete(r.future, id)
+		} else {
+			r.future[id] = buf[:k]
+		}
+	}
+}
+
+// replayFuture steps the buffered messages of the view just entered, in
+// sender order then arrival order.
+func (r *Replica) replayFuture() {
+	ids := make([]int, 0, len(r.future))
+	for id := range r.future {
+		ids = append(ids, int(id))
+	}
+	sort.Ints(ids)
+	for _, id := range ids {
+		src := ReplicaID(id)
+		var keep, now []Message
+		for _, m := range r.future[src] {
+			if msgView(m) == r.view {
+				now = append(now, m)
+			} else {
+				keep = append(keep, m)
+			}
+		}
+		if len(keep) == 0 {
+			delete(r.future, src)
+		} else {
+			r.future[src] = keep
+		}
+		for _, m := range now {
+			if r.viewChanging {
+				return // a replayed message cannot start a view change, but be safe
+			}
+			_ = r.Step(ToReplica(src), m)
+		}
+	}
+}
+
+// help sends a peer that shows it is behind our view the new view that
+// proves it, at most once per FetchTicks.
+func (r *Replica) help(to ReplicaID) {
+	if r.lastNewView == nil || r.viewChanging {
+		return
+	}
+	if last, ok := r.lastHelp[to]; ok && r.now-last < uint64(r.cfg.FetchTicks) {
+		return
+	}
+	r.lastHelp[to] = r.now
+	r.send(to, r.lastNewView)
+}
+
+// viewBehind reports whether f+1 replicas showed normal-case activity in
+// a view above ours (or in our view while we wait for its new view): at
+// least one correct replica is there, so we are missing a new view.
+func (r *Replica) viewBehind() bool {
+	c := 0
+	for _, v := range r.peerView {
+		if v > r.view || (r.viewChanging && v == r.view) {
+			c++
+		}
+	}
+	return c >= r.f+1
+}
