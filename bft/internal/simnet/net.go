@@ -1,0 +1,318 @@
+// Package simnet is a deterministic in-memory network for testing the BFT
+// core (package bft): replicas and clients as bft state machines, an
+// append-style App, HMAC stand-ins for signatures and request
+// authenticators, and faults (drop, delay, duplicate, reorder, partition,
+// crash and restart, Byzantine rewriting of a replica's output). Every run
+// is a function of the seed.
+//
+// Time: one Net.Tick first delivers every packet due, repeatedly, until no
+// node has anything more to send at this tick (so with MaxDelay 0 a whole
+// request round trip fits in one tick), then ticks every node once.
+package simnet
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/rubin-go/rubin/bft"
+)
+
+// Packet is a message in flight.
+type Packet struct {
+	From, To bft.Target
+	Msg      bft.Message
+	At       uint64 // the tick it is delivered in
+}
+
+// Options configures New.
+type Options struct {
+	N       int    // replicas (default 4)
+	Clients int    // clients, IDs 1..Clients (default 1)
+	Seed    uint64 // randomness of faults and key derivation
+	// Config adjusts every replica's configuration (ID, N, App and Auth
+	// are set by the net).
+	Config func(*bft.Config)
+	// ClientConfig adjusts every client's configuration.
+	ClientConfig func(*bft.ClientConfig)
+}
+
+// Net is a simulated cluster. Fields in the fault section may be changed
+// between ticks.
+type Net struct {
+	N        int
+	Keys     *Keys
+	Replicas []*bft.Replica
+	Apps     []*App
+	Configs  []bft.Config
+	Clients  []*bft.Client // client i has ID i+1
+	Results  [][]bft.Result
+	// Executed is what each replica reported executing since it started
+	// (or restarted).
+	Executed [][]bft.Committed
+	Now      uint64
+	Rand     *rand.Rand
+
+	// Faults.
+	DropRate  float64 // probability a packet is lost
+	DupRate   float64 // probability a packet is delivered twice
+	MaxDelay  int     // packets take 0..MaxDelay ticks
+	Reorder   bool    // deliver packets due together in random order
+	Crashed   []bool  // a crashed replica sends, receives and ticks nothing
+	Block     func(from, to bft.Target) bool
+	Byzantine func(from bft.ReplicaID, e bft.Envelope) []bft.Envelope
+
+	// Observations.
+	Errors     map[error]int // Step errors by sentinel
+	LastErrors []error       // the most recent Step errors, for debugging
+	Divergence error         // set when two replicas execute different batches at one seq
+	Delivered  uint64
+
+	queue   []Packet
+	digests map[uint64]bft.Digest
+}
+
+// Sentinels counted in Net.Errors.
+var sentinels = []error{bft.ErrInvalid, bft.ErrForged, bft.ErrStale, bft.ErrWatermark, bft.ErrDuplicate, bft.ErrEquivocation, bft.ErrFull, bft.ErrBusy}
+
+// New builds a cluster; replicas and clients start empty in view 0.
+func New(o Options) (*Net, error) {
+	if o.N == 0 {
+		o.N = 4
+	}
+	if o.Clients == 0 {
+		o.Clients = 1
+	}
+	n := &Net{
+		N:       o.N,
+		Keys:    NewKeys(o.N, o.Seed),
+		Rand:    rand.New(rand.NewPCG(o.Seed, 0x5151)),
+		Crashed: make([]bool, o.N),
+		Errors:  make(map[error]int),
+		digests: make(map[uint64]bft.Digest),
+	}
+	for i := 0; i < o.N; i++ {
+		cfg := bft.Config{}
+		if o.Config != nil {
+			o.Config(&cfg)
+		}
+		cfg.ID, cfg.N = bft.ReplicaID(i), o.N
+		cfg.Auth = n.Keys.Auth(bft.ReplicaID(i))
+		n.Configs = append(n.Configs, cfg)
+		n.Replicas = append(n.Replicas, nil)
+		n.Apps = append(n.Apps, nil)
+		n.Executed = append(n.Executed, nil)
+		if err := n.Restart(i); err != nil {
+			return nil, err
+		}
+	}
+	for i := 0; i < o.Clients; i++ {
+		cc := bft.ClientConfig{ID: bft.ClientID(i + 1), N: o.N, Sign: n.Keys.SignRequest}
+		if o.ClientConfig != nil {
+			o.ClientConfig(&cc)
+		}
+		c, err := bft.NewClient(cc)
+		if err != nil {
+			return nil, err
+		}
+		n.Clients = append(n.Clients, c)
+		n.Results = append(n.Results, nil)
+	}
+	return n, nil
+}
+
+// Restart replaces replica i by a fresh one with an empty App, as after a
+// crash that lost everything; it is no longer crashed.
+func (n *Net) Restart(i int) error {
+	cfg := n.Configs[i]
+	app := &App{}
+	cfg.App = app
+	r, err := bft.NewReplica(cfg)
+	if err != nil {
+		return err
+	}
+	n.Replicas[i], n.Apps[i], n.Executed[i] = r, app, nil
+	n.Crashed[i] = false
+	return nil
+}
+
+// Send puts a packet on the network as if from sent it (subject to
+// faults), for tests that inject messages.
+func (n *Net) Send(from bft.Target, e bft.Envelope) { n.enqueue(from, e) }
+
+func (n *Net) enqueue(from bft.Target, e bft.Envelope) {
+	if n.Block != nil && n.Block(from, e.To) {
+		return
+	}
+	if n.DropRate > 0 && n.Rand.Float64() < n.DropRate {
+		return
+	}
+	copies := 1
+	if n.DupRate > 0 && n.Rand.Float64() < n.DupRate {
+		copies = 2
+	}
+	for ; copies > 0; copies-- {
+		d := 0
+		if n.MaxDelay > 0 {
+			d = n.Rand.IntN(n.MaxDelay + 1)
+		}
+		n.queue = append(n.queue, Packet{From: from, To: e.To, Msg: e.Msg, At: n.Now + uint64(d)})
+	}
+}
+
+// collect drains every node's Ready onto the network.
+func (n *Net) collect() {
+	for i, r := range n.Replicas {
+		if n.Crashed[i] || !r.HasReady() {
+			continue
+		}
+		rd := r.Ready()
+		for _, c := range rd.Committed {
+			n.Executed[i] = append(n.Executed[i], c)
+			if d, ok := n.digests[c.Seq]; ok && d != c.Digest && n.Divergence == nil {
+				n.Divergence = fmt.Errorf("simnet: replica %d executed digest %x at seq %d, another %x", i, c.Digest[:4], c.Seq, d[:4])
+			}
+			n.digests[c.Seq] = c.Digest
+		}
+		from := bft.ToReplica(bft.ReplicaID(i))
+		for _, e := range rd.Messages {
+			if n.Byzantine != nil {
+				for _, b := range n.Byzantine(bft.ReplicaID(i), e) {
+					n.enqueue(from, b)
+				}
+				continue
+			}
+			n.enqueue(from, e)
+		}
+	}
+	for i, c := range n.Clients {
+		rd := c.Ready()
+		n.Results[i] = append(n.Results[i], rd.Done...)
+		for _, e := range rd.Messages {
+			n.enqueue(bft.ToClient(bft.ClientID(i+1)), e)
+		}
+	}
+}
+
+func (n *Net) deliver(p Packet) {
+	n.Delivered++
+	var err error
+	if p.To.Client {
+		i := int(p.To.ID) - 1
+		rep, ok := p.Msg.(*bft.Reply)
+		if i < 0 || i >= len(n.Clients) || !ok || p.From.Client {
+			return
+		}
+		err = n.Clients[i].Step(bft.ReplicaID(p.From.ID), rep)
+	} else {
+		i := int(p.To.ID)
+		if i >= n.N || n.Crashed[i] {
+			return
+		}
+		err = n.Replicas[i].Step(p.From, p.Msg)
+	}
+	if err != nil {
+		for _, s := range sentinels {
+			if errors.Is(err, s) {
+				n.Errors[s]++
+			}
+		}
+		if len(n.LastErrors) >= 32 {
+			n.LastErrors = n.LastErrors[1:]
+		}
+		n.LastErrors = append(n.LastErrors, err)
+	}
+}
+
+// Tick delivers everything due now (until the cluster is quiet at this
+// tick), then ticks every live node.
+func (n *Net) Tick() {
+	for round := 0; round < 10000; round++ {
+		n.collect()
+		var due []Packet
+		k := 0
+		for _, p := range n.queue {
+			if p.At <= n.Now {
+				due = append(due, p)
+			} else {
+				n.queue[k] = p
+				k++
+			}
+		}
+		clear(n.queue[k:])
+		n.queue = n.queue[:k]
+		if len(due) == 0 {
+			break
+		}
+		if n.Reorder {
+			n.Rand.Shuffle(len(due), func(i, j int) { due[i], due[j] = due[j], due[i] })
+		}
+		for _, p := range due {
+			n.deliver(p)
+		}
+	}
+	for i, r := range n.Replicas {
+		if !n.Crashed[i] {
+			r.Tick()
+		}
+	}
+	for _, c := range n.Clients {
+		c.Tick()
+	}
+	n.collect()
+	n.Now++
+}
+
+// Run ticks until cond holds (checked before each tick) or maxTicks
+// passed; it reports whether cond held.
+func (n *Net) Run(maxTicks int, cond func() bool) bool {
+	for t := 0; t < maxTicks; t++ {
+		if cond() {
+			return true
+		}
+		n.Tick()
+	}
+	return cond()
+}
+
+// Load keeps every client busy (closed loop) until each has total
+// results; op(c, k) is client c's k-th operation. It reports whether all
+// finished within maxTicks.
+func (n *Net) Load(total, maxTicks int, op func(c, k int) []byte) bool {
+	return n.Run(maxTicks, func() bool {
+		done := true
+		for i, c := range n.Clients {
+			if len(n.Results[i]) >= total {
+				continue
+			}
+			done = false
+			if !c.Outstanding() {
+				if _, err := c.Propose(op(i, len(n.Results[i]))); err != nil {
+					panic(err)
+				}
+			}
+		}
+		return done
+	})
+}
+
+// CheckAgreement reports divergence: two replicas that executed different
+// batches at one seq, or that executed up to the same seq but hold
+// different application state.
+func (n *Net) CheckAgreement() error {
+	if n.Divergence != nil {
+		return n.Divergence
+	}
+	hash := map[uint64][32]byte{}
+	for i, r := range n.Replicas {
+		if n.Crashed[i] {
+			continue
+		}
+		le := r.Status().LastExecuted
+		if h, ok := hash[le]; ok && h != n.Apps[i].Hash {
+			return fmt.Errorf("simnet: replica %d at seq %d holds different state", i, le)
+		}
+		hash[le] = n.Apps[i].Hash
+	}
+	return nil
+}

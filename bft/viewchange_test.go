@@ -1,0 +1,137 @@
+package bft_test
+
+import (
+	"testing"
+
+	"github.com/rubin-go/rubin/bft"
+	"github.com/rubin-go/rubin/bft/internal/simnet"
+)
+
+func TestViewChangeSilentPrimary(t *testing.T) {
+	n := newNet(t, simnet.Options{Clients: 3, Seed: 5, Config: smallCfg})
+	if !n.Load(10, 2000, op) {
+		t.Fatalf("clients did not finish: %v", n.LastErrors)
+	}
+	before := append([]bft.Committed(nil), n.Executed[1]...)
+	n.Crashed[0] = true
+	if !n.Load(30, 5000, op) {
+		t.Fatalf("clients did not finish after the primary crashed: %v %+v", n.LastErrors, n.Replicas[1].Status())
+	}
+	checkSameOrder(t, n)
+	for i := 1; i < n.N; i++ {
+		s := n.Replicas[i].Status()
+		if s.View == 0 || s.ViewChanging || s.Primary == 0 {
+			t.Fatalf("replica %d: %+v", i, s)
+		}
+		got := n.Executed[i]
+		for j := range before {
+			if got[j].Seq != before[j].Seq || got[j].Digest != before[j].Digest {
+				t.Fatalf("replica %d: batch %d changed across the view change", i, j)
+			}
+		}
+		if n.Apps[i].Count != 90 {
+			t.Fatalf("replica %d executed %d ops, want 90", i, n.Apps[i].Count)
+		}
+	}
+}
+
+// A view change under message loss, reordering and delay, with the
+// primary crashing in the middle of the load.
+func TestViewChangeUnderFaults(t *testing.T) {
+	for seed := uint64(10); seed < 14; seed++ {
+		n := newNet(t, simnet.Options{Clients: 4, Seed: seed, Config: smallCfg})
+		n.DropRate, n.DupRate, n.MaxDelay, n.Reorder = 0.02, 0.05, 2, true
+		if !n.Load(15, 10000, op) {
+			t.Fatalf("seed %d: not finished: %v", seed, n.LastErrors)
+		}
+		n.Crashed[0] = true
+		if !n.Load(40, 20000, op) {
+			t.Fatalf("seed %d: not finished after crash: %v", seed, n.LastErrors)
+		}
+		checkSameOrder(t, n)
+	}
+}
+
+// Two successive primaries fail: view 1's primary is crashed too, so the
+// view change to 1 times out and the replicas move to view 2.
+func TestViewChangeTwice(t *testing.T) {
+	n := newNet(t, simnet.Options{N: 7, Clients: 2, Seed: 6, Config: smallCfg})
+	if !n.Load(5, 2000, op) {
+		t.Fatal("not finished")
+	}
+	n.Crashed[0], n.Crashed[1] = true, true
+	if !n.Load(20, 20000, op) {
+		t.Fatalf("not finished: %v %+v", n.LastErrors, n.Replicas[2].Status())
+	}
+	checkSameOrder(t, n)
+	if v := n.Replicas[2].Status().View; v < 2 {
+		t.Fatalf("view %d", v)
+	}
+}
+
+// An equivocating primary sends one batch to some backups and another to
+// the rest. No two replicas may execute different batches; the view
+// change replaces the primary and the clients finish.
+func TestEquivocatingPrimary(t *testing.T) {
+	n := newNet(t, simnet.Options{Clients: 3, Seed: 7, Config: smallCfg})
+	n.Byzantine = func(from bft.ReplicaID, e bft.Envelope) []bft.Envelope {
+		pp, ok := e.Msg.(*bft.PrePrepare)
+		if from != 0 || !ok || e.To.ID < 2 {
+			return []bft.Envelope{e}
+		}
+		// Replicas 2 and 3 get an empty batch at the same (view, seq).
+		alt := &bft.PrePrepare{View: pp.View, Seq: pp.Seq, Digest: bft.BatchDigest(nil)}
+		alt.Sig = n.Keys.MAC(0, alt)
+		return []bft.Envelope{{To: e.To, Msg: alt}}
+	}
+	if !n.Load(20, 20000, op) {
+		t.Fatalf("not finished: %v", n.LastErrors)
+	}
+	checkSameOrder(t, n)
+	if v := n.Replicas[1].Status().View; v == 0 {
+		t.Fatal("no view change")
+	}
+	for i := 1; i < n.N; i++ {
+		if n.Apps[i].Count != 60 {
+			t.Fatalf("replica %d executed %d ops", i, n.Apps[i].Count)
+		}
+	}
+}
+
+// A Byzantine replica sends the new primary a view change with a forged
+// prepared certificate; it must be ignored, and the view change still
+// completes with the correct replicas.
+func TestLyingViewChangeIgnored(t *testing.T) {
+	n := newNet(t, simnet.Options{N: 7, Clients: 2, Seed: 8, Config: smallCfg})
+	if !n.Load(5, 2000, op) {
+		t.Fatal("not finished")
+	}
+	n.Byzantine = func(from bft.ReplicaID, e bft.Envelope) []bft.Envelope {
+		vc, ok := e.Msg.(*bft.ViewChange)
+		if from != 6 || !ok {
+			return []bft.Envelope{e}
+		}
+		lie := *vc
+		bad := bft.PrePrepare{View: 0, Seq: vc.StableSeq + 1, Batch: []bft.Request{{Client: 9, Timestamp: 1, Op: []byte("evil")}}}
+		bad.Digest = bft.BatchDigest(bad.Batch)
+		bad.Sig = n.Keys.MAC(0, &bad)
+		lie.Prepared = []bft.PreparedCert{{PrePrepare: bad}} // no prepares
+		lie.Sig = n.Keys.MAC(6, &lie)
+		return []bft.Envelope{{To: e.To, Msg: &lie}}
+	}
+	n.Crashed[0] = true
+	if !n.Load(15, 20000, op) {
+		t.Fatalf("not finished: %v", n.LastErrors)
+	}
+	checkSameOrder(t, n)
+	if n.Errors[bft.ErrForged] == 0 {
+		t.Fatal("the lying view change was not reported as forged")
+	}
+	for _, c := range n.Executed[1] {
+		for _, r := range c.Batch {
+			if string(r.Op) == "evil" {
+				t.Fatal("the forged request executed")
+			}
+		}
+	}
+}
