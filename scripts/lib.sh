@@ -118,6 +118,64 @@ ensure_go() {
 	version_ge "$have" "$want" || die "still go $have after GOTOOLCHAIN=auto; install Go $want from https://go.dev/dl/"
 }
 
+# Files from the Soft-RoCE guest. Its own writes vanish when it powers off
+# (its file system is an overlay in memory), so a command in the guest
+# prints the files it made, base64-encoded, between marker lines on its
+# standard output, and the host takes them from there.
+vm_begin_marker="==> rdmavm: begin file"
+vm_end_marker="==> rdmavm: end file"
+
+# vm_print_files, in the guest, prints every file of directory $1 between
+# markers.
+vm_print_files() {
+	local f
+	for f in "$1"/*; do
+		[[ -e $f ]] || continue
+		printf '%s %s\n' "$vm_begin_marker" "${f##*/}"
+		base64 -w 76 "$f"
+		printf '%s %s\n' "$vm_end_marker" "${f##*/}"
+	done
+}
+
+# vm_hide_files copies standard input to standard output without the
+# files' lines, for the terminal.
+vm_hide_files() {
+	awk -v b="$vm_begin_marker" -v e="$vm_end_marker" 'index($0, b) == 1 { skip = 1 } !skip { print } index($0, e) == 1 { skip = 0 }'
+}
+
+# vm_extract_file prints file $2, decoded, from the guest's output saved
+# in file $1.
+vm_extract_file() {
+	awk -v b="$vm_begin_marker $2" -v e="$vm_end_marker $2" '$0 == e { on = 0 } on { print } $0 == b { on = 1 }' "$1" |
+		tr -d '\r' | base64 -d
+}
+
+# other_vms prints how many qemu processes run on this host that this
+# script did not start.
+other_vms() {
+	local n=0 pid p
+	for pid in $(pgrep -f '^qemu-system' || true); do
+		p=$pid
+		while [[ $p -gt 1 && $p -ne $$ ]]; do
+			p=$(awk '{ print $4 }' "/proc/$p/stat" 2>/dev/null) || break
+		done
+		[[ $p -eq $$ ]] || n=$((n + 1))
+	done
+	echo "$n"
+}
+
+# wait_for_other_vms waits, for up to ten minutes, until no other virtual
+# machine runs on this host: they take CPU time from an emulated one, and
+# distort what it measures.
+wait_for_other_vms() {
+	local waited=0
+	while [[ $(other_vms) -gt 0 && $waited -lt 600 ]]; do
+		((waited == 0)) && echo "waiting (at most 10 minutes) for other virtual machines on this host to finish"
+		sleep 5
+		waited=$((waited + 5))
+	done
+}
+
 # setup prepares the machine and moves to the repository root.
 setup() {
 	section "setup"

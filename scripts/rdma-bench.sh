@@ -34,29 +34,23 @@ set -euo pipefail
 md_out=docs/benchmarks-rdma.md
 svg_out=docs/latency-vs-size-rdma.svg
 
-# Marker lines around each file the guest hands back.
-begin_marker="==> rdma-bench: begin file"
-end_marker="==> rdma-bench: end file"
-
 usage() {
 	echo "usage: $0 [-quick] [-write] [-wait] [-- rdmabench flags]" >&2
 	exit 2
 }
 
+# shellcheck source=scripts/lib.sh
+source "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
+
 # in_vm runs in the guest: rdmabench, built in $1, with the flags that
 # follow; if they ask for a report (-md, -svg into $1's guest-side out
-# directory), it prints the files between markers.
+# directory), it prints the files between markers (see lib.sh).
 in_vm() {
-	local work=$1 out=/tmp/rdma-bench-out f
+	local work=$1 out=/tmp/rdma-bench-out
 	shift
 	mkdir -p "$out"
 	"$work/rdmabench" -echo "$work/echo" "$@"
-	for f in "$out"/*; do
-		[[ -e $f ]] || continue
-		printf '%s %s\n' "$begin_marker" "${f##*/}"
-		base64 -w 76 "$f"
-		printf '%s %s\n' "$end_marker" "${f##*/}"
-	done
+	vm_print_files "$out"
 }
 
 if [[ ${1:-} == --in-vm ]]; then
@@ -65,20 +59,6 @@ if [[ ${1:-} == --in-vm ]]; then
 	in_vm "$@"
 	exit
 fi
-
-# other_vms prints how many qemu processes run on this host that this
-# script did not start.
-other_vms() {
-	local n=0 pid p
-	for pid in $(pgrep -f '^qemu-system' || true); do
-		p=$pid
-		while [[ $p -gt 1 && $p -ne $$ ]]; do
-			p=$(awk '{ print $4 }' "/proc/$p/stat" 2>/dev/null) || break
-		done
-		[[ $p -eq $$ ]] || n=$((n + 1))
-	done
-	echo "$n"
-}
 
 quick=""
 write=""
@@ -99,8 +79,6 @@ while [[ $# -gt 0 ]]; do
 	shift
 done
 
-# shellcheck source=scripts/lib.sh
-source "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
 setup
 
 export RDMAVM_MEM=${RDMAVM_MEM:-2048}
@@ -126,14 +104,7 @@ fi
 # Other virtual machines on this host take CPU time from this one's, and
 # emulated CPUs that lose time distort the ratios: wait for them to end if
 # asked to, and watch for them during the run.
-if [[ -n $wait ]]; then
-	waited=0
-	while [[ $(other_vms) -gt 0 && $waited -lt 600 ]]; do
-		((waited == 0)) && echo "waiting (at most 10 minutes) for other virtual machines on this host to finish"
-		sleep 5
-		waited=$((waited + 5))
-	done
-fi
+[[ -z $wait ]] || wait_for_other_vms
 others=$(other_vms)
 if [[ $others -gt 0 ]]; then
 	echo "warning: $others other virtual machine(s) run on this host: the figures may be distorted (-wait waits for them)" >&2
@@ -154,7 +125,7 @@ section "run rdmabench in a Soft-RoCE VM${quick:+ (quick)}"
 set +e
 bash scripts/rdmavm.sh "bash $(printf '%q' "$repo_root/scripts/rdma-bench.sh") --in-vm $(printf '%q ' "$work" "${args[@]}")" |
 	tee "$work/vm.out" |
-	awk -v b="$begin_marker" -v e="$end_marker" 'index($0, b) == 1 { skip = 1 } !skip { print } index($0, e) == 1 { skip = 0 }'
+	vm_hide_files
 rc=${PIPESTATUS[0]}
 set -e
 kill "$watcher" 2>/dev/null || true
@@ -172,13 +143,8 @@ fi
 
 [[ -n $write ]] || exit 0
 section "write the report"
-# extract prints the lines between the markers of file $1, decoded.
-extract() {
-	awk -v b="$begin_marker $1" -v e="$end_marker $1" '$0 == e { on = 0 } on { print } $0 == b { on = 1 }' "$work/vm.out" |
-		tr -d '\r' | base64 -d
-}
 for path in "$md_out" "$svg_out"; do
-	extract "${path##*/}" >"$work/${path##*/}" || die "cannot decode ${path##*/} from the guest's output"
+	vm_extract_file "$work/vm.out" "${path##*/}" >"$work/${path##*/}" || die "cannot decode ${path##*/} from the guest's output"
 	[[ -s $work/${path##*/} ]] || die "the guest printed no ${path##*/}"
 done
 if [[ -n $contention ]]; then

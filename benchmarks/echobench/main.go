@@ -119,10 +119,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, errors.New("-apis is empty")
 	}
 	var err error
-	if cfg.sizes, err = benchkit.ParseInts("sizes", *sizes); err != nil {
+	if cfg.sizes, err = benchkit.ParseInts("sizes", *sizes, 1); err != nil {
 		return nil, err
 	}
-	if cfg.conns, err = benchkit.ParseInts("conns", *conns); err != nil {
+	if cfg.conns, err = benchkit.ParseInts("conns", *conns, 1); err != nil {
 		return nil, err
 	}
 	switch {

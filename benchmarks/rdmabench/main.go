@@ -187,7 +187,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 			slices.IndexFunc(allContenders, func(c contender) bool { return c.name == b.name })
 	})
 	var err error
-	if cfg.sizes, err = benchkit.ParseInts("sizes", *sizes); err != nil {
+	if cfg.sizes, err = benchkit.ParseInts("sizes", *sizes, 1); err != nil {
 		return nil, err
 	}
 	switch {

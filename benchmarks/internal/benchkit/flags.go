@@ -20,14 +20,14 @@ func SplitList(s string) []string {
 	return out
 }
 
-// ParseInts parses the comma-separated positive integers of flag -name,
-// sorted.
-func ParseInts(name, s string) ([]int, error) {
+// ParseInts parses the comma-separated integers of flag -name, each at
+// least least, sorted.
+func ParseInts(name, s string, least int) ([]int, error) {
 	var out []int
 	for _, item := range SplitList(s) {
 		v, err := strconv.Atoi(item)
-		if err != nil || v < 1 {
-			return nil, fmt.Errorf("-%s: %q is not a positive integer", name, item)
+		if err != nil || v < least {
+			return nil, fmt.Errorf("-%s: %q is not an integer of at least %d", name, item, least)
 		}
 		out = append(out, v)
 	}
