@@ -1,0 +1,132 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/rubin-go/rubin/bft/link"
+)
+
+// conn is one established link and its outbound queue. Frames are queued
+// by the goroutine that owns the protocol core (enqueue never blocks) and
+// written by the conn's writer goroutine, which drains the whole queue
+// with link.Queue and ends each burst with one Flush. The receiving side
+// (a reader goroutine) is the owner's business: see serve.
+type conn struct {
+	l    *link.Link
+	peer link.Peer
+
+	mu     sync.Mutex
+	q      [][]byte // frames waiting for the writer
+	max    int      // bound on len(q)
+	closed bool
+	signal chan struct{} // capacity 1: the queue has something
+	done   chan struct{} // closed by shutdown
+	once   sync.Once
+}
+
+func newConn(l *link.Link, max int) *conn {
+	return &conn{l: l, peer: l.Remote(), max: max, signal: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// enqueue adds a frame (shared and immutable: it may be queued to several
+// conns) and reports false if the queue is full, in which case the frame
+// is dropped. Dropping rather than blocking keeps one slow or Byzantine
+// peer from stalling the core and, through it, everyone else; PBFT
+// retransmits what matters and a lagging replica catches up by state
+// transfer.
+func (c *conn) enqueue(frame []byte) bool {
+	c.mu.Lock()
+	if c.closed || len(c.q) >= c.max {
+		c.mu.Unlock()
+		return false
+	}
+	c.q = append(c.q, frame)
+	c.mu.Unlock()
+	select {
+	case c.signal <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// shutdown closes the link and stops the writer; safe to call many times
+// from any goroutine.
+func (c *conn) shutdown() {
+	c.once.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		c.q = nil
+		c.mu.Unlock()
+		close(c.done)
+		c.l.Close()
+	})
+}
+
+// writer drains the queue until shutdown or a write error, which shuts the
+// conn down (so that its reader fails too).
+func (c *conn) writer(log *slog.Logger, tooLarge func()) {
+	defer c.shutdown()
+	var batch [][]byte
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-c.signal:
+		}
+		c.mu.Lock()
+		batch, c.q = c.q, batch[:0]
+		c.mu.Unlock()
+		for i, f := range batch {
+			if err := c.l.Queue(f); err != nil {
+				if errors.Is(err, link.ErrFrameTooLarge) {
+					// Not final for the link: the frame was not written.
+					tooLarge()
+					continue
+				}
+				log.Debug("link write failed", "peer", c.peer, "err", err)
+				return
+			}
+			batch[i] = nil
+		}
+		if err := c.l.Flush(); err != nil {
+			log.Debug("link flush failed", "peer", c.peer, "err", err)
+			return
+		}
+	}
+}
+
+// backoff is a capped exponential backoff with jitter.
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+// next returns the delay before the next attempt.
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	// Jitter in [cur/2, cur): peers that lost each other together do not
+	// retry in lockstep.
+	return b.cur/2 + rand.N(b.cur/2+1)
+}
+
+// sleep waits d or until ctx is done; it reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,84 @@
+// Package node is the driver of the PBFT core (package bft): it runs a
+// bft.Replica or a bft.Client on real connections, over TCP or RDMA
+// (package rubin), with authenticated links (package bft/link) and the
+// cluster's keys (package bft/auth).
+//
+// # Goroutines
+//
+// A running Replica has one goroutine that owns the core: it selects over a
+// bounded channel of decoded inbound messages, a ticker (Tick, the core's
+// tick) and ctx; after each input it drains the inbound channel without
+// blocking (up to MaxDrain messages), then takes the core's Ready once and
+// routes its envelopes. Every link has a reader goroutine (receive,
+// decode, hand over to the core) and a writer goroutine (drain the link's
+// queue with link.Queue and one Flush per burst). One goroutine accepts
+// connections, one per handshake in progress, and one per higher-ID peer
+// dials and redials. A Client is built the same way around bft.Client.
+//
+// # Connections
+//
+// Exactly one link per pair of replicas: the lower ID dials the higher.
+// The dialer redials with capped exponential backoff (RedialMin doubling
+// up to RedialMax, with jitter) whenever the link breaks or the peer is
+// unreachable, so a replica that is killed and restarted is reconnected
+// without help. The acceptor's handshake lookup refuses a replica with a
+// higher ID (it should have accepted), and an authenticated link that
+// arrives for a peer that already has one replaces the old link (the peer
+// restarted, or the old connection is half dead). Clients dial every
+// replica; a replica sends a client's replies on that client's latest
+// link, and drops them if the client is not connected (the client
+// retransmits).
+//
+// The sender passed to bft.Replica.Step is the link's authenticated peer,
+// never a field of the message. A frame that does not decode closes its
+// link (a correct peer never sends one; the link layer already closes on
+// MAC failure); messages the core rejects are counted and logged at debug
+// level, and their link stays up.
+//
+// # Queueing and back-pressure
+//
+//   - Inbound: one channel per replica, bounded by InboundQueue. When it is
+//     full, the link readers block, which pushes back on the senders
+//     through the transport's flow control.
+//   - Outbound: each message is encoded once per Ready (a broadcast's
+//     envelopes share its bytes) and queued per link, bounded by
+//     OutboundQueue. A full queue drops the new frame, and a destination
+//     without a link drops it too: a slow or Byzantine peer cannot stall
+//     the core and through it the others. PBFT's retransmission, view
+//     synchronization and state transfer recover what was dropped.
+//
+// # Metrics
+//
+// With a Registerer, a Replica exports (namespace rubin_bft, constant
+// label replica):
+//
+//	rubin_bft_committed_requests_total       counter
+//	rubin_bft_committed_batches_total        counter
+//	rubin_bft_batch_size                     histogram (requests per batch)
+//	rubin_bft_view_changes_total             counter (new views entered)
+//	rubin_bft_view                           gauge
+//	rubin_bft_checkpoint_lag                 gauge (last executed - last stable)
+//	rubin_bft_stable_checkpoint_seq          gauge
+//	rubin_bft_last_executed_seq              gauge
+//	rubin_bft_state_transfers_total          counter
+//	rubin_bft_messages_sent_total{type}      counter (per destination)
+//	rubin_bft_messages_received_total{type}  counter
+//	rubin_bft_messages_dropped_total{reason} counter
+//	rubin_bft_links                          gauge
+//
+// and a Client (constant label client):
+//
+//	rubin_bft_client_completed_requests_total       counter
+//	rubin_bft_client_latency_seconds                histogram
+//	rubin_bft_client_retransmissions_total          counter
+//	rubin_bft_client_messages_dropped_total{reason} counter
+//
+// Drop reasons: decode, handshake, queue_full, no_link, frame_too_big,
+// unexpected, and the core's Step errors: invalid, forged, stale,
+// watermark, duplicate, equivocation, core_full, other.
+//
+// # Logging
+//
+// log/slog: listening, link up and down, view changes and state transfers
+// at info; dropped messages, failed dials and handshakes at debug.
+package node

@@ -1,0 +1,201 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rubin-go/rubin/bft"
+	"github.com/rubin-go/rubin/bft/link"
+	"github.com/rubin-go/rubin/bft/wire"
+)
+
+// endpoint is the link management shared by Replica and Client: a registry
+// of the established links (at most one per peer), the goroutines that
+// dial, accept and serve them, and their shutdown.
+type endpoint struct {
+	self     link.Peer
+	log      *slog.Logger
+	limits   wire.Limits
+	opts     link.Options
+	queue    int // outbound queue bound per link
+	redial   backoff
+	dropped  *dropCounters
+	received *[len(typeNames)]prometheus.Counter // nil: not counted
+	links    prometheus.Gauge                    // nil: not counted
+	// deliver hands a decoded message to the core's goroutine; it blocks
+	// (back-pressure on the link) and returns false when done is closed.
+	deliver func(from link.Peer, m bft.Message, done <-chan struct{}) bool
+
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	closed bool
+	conns  map[link.Peer]*conn
+}
+
+// register makes c the link of its peer, replacing (and closing) an older
+// one: the newest authenticated link wins, so a peer that restarted is
+// served at once. It fails once the endpoint is closed.
+func (e *endpoint) register(c *conn) bool {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return false
+	}
+	old := e.conns[c.peer]
+	e.conns[c.peer] = c
+	e.mu.Unlock()
+	if old != nil {
+		e.log.Info("link replaced by a newer one", "peer", c.peer)
+		old.shutdown()
+	} else if e.links != nil {
+		e.links.Inc()
+	}
+	return true
+}
+
+func (e *endpoint) unregister(c *conn) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.conns[c.peer] != c {
+		return false
+	}
+	delete(e.conns, c.peer)
+	if e.links != nil {
+		e.links.Dec()
+	}
+	return true
+}
+
+// lookupLocked returns the link to p; the caller holds e.mu.
+func (e *endpoint) lookupLocked(p link.Peer) *conn { return e.conns[p] }
+
+// close closes every link and makes register fail from now on. The
+// goroutines exit on their own; wait for them with e.wg.
+func (e *endpoint) close() {
+	e.mu.Lock()
+	e.closed = true
+	cs := make([]*conn, 0, len(e.conns))
+	for _, c := range e.conns {
+		cs = append(cs, c)
+	}
+	e.mu.Unlock()
+	for _, c := range cs {
+		c.shutdown()
+	}
+}
+
+// serve runs an established link until it fails or the endpoint closes:
+// a writer goroutine drains its queue, and this goroutine reads. The
+// caller must be counted in e.wg.
+func (e *endpoint) serve(l *link.Link) {
+	c := newConn(l, e.queue)
+	if !e.register(c) {
+		l.Close()
+		return
+	}
+	e.log.Info("link up", "peer", c.peer, "addr", l.RemoteAddr())
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		c.writer(e.log, func() { e.dropped.inc(reasonTooLarge) })
+	}()
+	err := e.read(c)
+	c.shutdown()
+	if e.unregister(c) {
+		e.log.Info("link down", "peer", c.peer, "err", err)
+	}
+}
+
+// read receives, decodes and delivers frames until an error. Each frame
+// has a buffer of its own (Recv allocates it) that the decoded message
+// keeps. A frame that does not decode closes the link: a correct peer
+// never sends one.
+func (e *endpoint) read(c *conn) error {
+	for {
+		b, err := c.l.Recv()
+		if err != nil {
+			return err
+		}
+		m, err := wire.DecodeLimits(b, e.limits)
+		if err != nil {
+			e.dropped.inc(reasonDecode)
+			e.log.Debug("malformed frame; closing link", "peer", c.peer, "err", err)
+			return err
+		}
+		if e.received != nil {
+			e.received[typeIndex(m.Type())].Inc()
+		}
+		if e.log.Enabled(context.Background(), slog.LevelDebug) {
+			e.log.Debug("received", "from", c.peer, "type", typeNames[typeIndex(m.Type())], "bytes", len(b))
+		}
+		if !e.deliver(c.peer, m, c.done) {
+			return errors.New("link closed")
+		}
+	}
+}
+
+// dialLoop keeps one link to remote up until ctx is done: it dials,
+// handshakes and serves, and after a failure waits with a capped
+// exponential backoff.
+func (e *endpoint) dialLoop(ctx context.Context, dial func(context.Context, string) (net.Conn, error), addr string, remote link.Peer, key []byte) {
+	bo := e.redial
+	for ctx.Err() == nil {
+		nc, err := dial(ctx, addr)
+		if err == nil {
+			stop := context.AfterFunc(ctx, func() { nc.Close() })
+			var l *link.Link
+			l, err = link.Client(nc, e.self, remote, key, e.opts)
+			stop()
+			if err == nil {
+				bo.reset()
+				e.serve(l)
+				// Redial soon, but not in a tight loop if the peer keeps
+				// closing fresh links.
+			}
+		}
+		if err != nil && ctx.Err() == nil {
+			e.log.Debug("dial failed", "peer", remote, "addr", addr, "err", err)
+		}
+		if !sleep(ctx, bo.next()) {
+			return
+		}
+	}
+}
+
+// acceptLoop accepts connections until ln fails (it is closed when ctx is
+// done) and runs the handshake and the link of each in a goroutine of its
+// own.
+func (e *endpoint) acceptLoop(ctx context.Context, ln net.Listener, lookup func(link.Peer) ([]byte, bool)) {
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			e.log.Warn("accept failed", "err", err)
+			if !sleep(ctx, 10*time.Millisecond) {
+				return
+			}
+			continue
+		}
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			stop := context.AfterFunc(ctx, func() { nc.Close() })
+			l, err := link.Server(nc, e.self, lookup, e.opts)
+			stop()
+			if err != nil {
+				e.dropped.inc(reasonHandshake)
+				e.log.Debug("handshake rejected", "addr", nc.RemoteAddr(), "err", err)
+				return
+			}
+			e.serve(l)
+		}()
+	}
+}

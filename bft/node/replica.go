@@ -1,0 +1,394 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rubin-go/rubin"
+	"github.com/rubin-go/rubin/bft"
+	"github.com/rubin-go/rubin/bft/auth"
+	"github.com/rubin-go/rubin/bft/link"
+	"github.com/rubin-go/rubin/bft/wire"
+)
+
+// Defaults of ReplicaConfig and ClientConfig.
+const (
+	DefaultTick          = 5 * time.Millisecond
+	DefaultInboundQueue  = 4096
+	DefaultOutboundQueue = 8192
+	DefaultMaxDrain      = 1024
+	DefaultRedialMin     = 10 * time.Millisecond
+	DefaultRedialMax     = time.Second
+	DefaultWriteTimeout  = 10 * time.Second
+)
+
+// ReplicaConfig configures a Replica.
+type ReplicaConfig struct {
+	Cluster *auth.Cluster
+	ID      bft.ReplicaID
+	// Network is the transport, "tcp" (default) or "rdma", used through
+	// package rubin. Transport, if set, overrides it.
+	Network   string
+	Transport *rubin.Config
+	App       bft.App
+	// Tick is the core's tick; default 5ms.
+	Tick time.Duration
+	// Core is the protocol tuning; its ID, N, App and Auth are filled in
+	// by the driver.
+	Core   bft.Config
+	Logger *slog.Logger // nil: discard
+	// Registerer receives the metrics; nil: not exported (still kept).
+	Registerer prometheus.Registerer
+
+	// Listener, if set, is used (and closed by Run) instead of listening
+	// on Cluster.Replicas[ID].Addr: tests pass a listener on port 0.
+	Listener net.Listener
+	// InboundQueue bounds the decoded messages waiting for the core
+	// (default DefaultInboundQueue); a full queue blocks the links'
+	// readers (back-pressure through the transport).
+	InboundQueue int
+	// OutboundQueue bounds the frames waiting per link (default
+	// DefaultOutboundQueue); a full queue drops new frames.
+	OutboundQueue int
+	// MaxDrain bounds how many inbound messages the core takes before it
+	// collects Ready (default DefaultMaxDrain).
+	MaxDrain int
+	// RedialMin and RedialMax bound the backoff between dials of a peer
+	// (defaults DefaultRedialMin, DefaultRedialMax).
+	RedialMin, RedialMax time.Duration
+	// Link tunes the links; a zero WriteTimeout becomes
+	// DefaultWriteTimeout.
+	Link link.Options
+}
+
+// Replica runs one PBFT replica: the protocol core (bft.Replica) on one
+// goroutine, and links to the other replicas and to clients.
+//
+// Connections: exactly one link per pair of replicas. The replica with the
+// lower ID dials the one with the higher ID and redials with capped
+// exponential backoff whenever the link breaks; the higher one accepts and
+// rejects, in the handshake, a replica with a higher ID than its own (which
+// should have been the acceptor). If an authenticated link from a peer
+// arrives while one is up (the peer restarted), the new one replaces the
+// old. Clients dial every replica; the newest link of a client replaces
+// the older one.
+//
+// Queueing: decoded messages go to the core through one bounded channel;
+// when it is full, link readers block (back-pressure on the sender). What
+// the core sends is encoded once per message (a broadcast shares its bytes
+// among its destinations) and queued per link; each link's writer
+// goroutine drains its queue with one Flush per burst. A full outbound
+// queue, or a destination without a link, drops the message and counts it
+// (metric rubin_bft_messages_dropped_total): one slow or Byzantine peer
+// never stalls the core; PBFT's retransmission and state transfer recover.
+type Replica struct {
+	cfg    ReplicaConfig
+	n      int
+	core   *bft.Replica
+	log    *slog.Logger
+	m      *replicaMetrics
+	ep     *endpoint
+	tr     rubin.Config
+	addr   atomic.Pointer[string]
+	status atomic.Pointer[bft.Status]
+	ready  chan struct{}
+	ran    atomic.Bool
+
+	inbound chan inbound
+	frames  map[bft.Message][]byte // encodings of one Ready's messages
+	last    bft.Status             // last published status (core goroutine)
+}
+
+type inbound struct {
+	from bft.Target
+	m    bft.Message
+}
+
+// NewReplica checks cfg and builds the replica's core; Run starts it.
+func NewReplica(cfg ReplicaConfig) (*Replica, error) {
+	if cfg.Cluster == nil {
+		return nil, errors.New("node: replica config: Cluster is required")
+	}
+	n := cfg.Cluster.N()
+	if uint64(cfg.ID) >= uint64(n) {
+		return nil, fmt.Errorf("node: replica config: ID %d not below N = %d", cfg.ID, n)
+	}
+	if cfg.App == nil {
+		return nil, errors.New("node: replica config: App is required")
+	}
+	a, err := auth.NewReplicaAuth(cfg.Cluster, cfg.ID)
+	if err != nil {
+		return nil, fmt.Errorf("node: replica %d: %w", cfg.ID, err)
+	}
+	core := cfg.Core
+	core.ID, core.N, core.App, core.Auth = cfg.ID, n, cfg.App, a
+	cr, err := bft.NewReplica(core)
+	if err != nil {
+		return nil, fmt.Errorf("node: replica %d: %w", cfg.ID, err)
+	}
+	if cfg.Tick <= 0 {
+		cfg.Tick = DefaultTick
+	}
+	def := func(p *int, v int) {
+		if *p <= 0 {
+			*p = v
+		}
+	}
+	def(&cfg.InboundQueue, DefaultInboundQueue)
+	def(&cfg.OutboundQueue, DefaultOutboundQueue)
+	def(&cfg.MaxDrain, DefaultMaxDrain)
+	if cfg.RedialMin <= 0 {
+		cfg.RedialMin = DefaultRedialMin
+	}
+	if cfg.RedialMax < cfg.RedialMin {
+		cfg.RedialMax = max(DefaultRedialMax, cfg.RedialMin)
+	}
+	if cfg.Link.WriteTimeout <= 0 {
+		cfg.Link.WriteTimeout = DefaultWriteTimeout
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("replica", cfg.ID)
+	m, err := newReplicaMetrics(cfg.Registerer, cfg.ID)
+	if err != nil {
+		return nil, fmt.Errorf("node: replica %d: metrics: %w", cfg.ID, err)
+	}
+	tr := rubin.Config{Transport: cfg.Network}
+	if cfg.Transport != nil {
+		tr = *cfg.Transport
+	}
+	r := &Replica{
+		cfg:     cfg,
+		n:       n,
+		core:    cr,
+		log:     log,
+		m:       m,
+		tr:      tr,
+		ready:   make(chan struct{}),
+		inbound: make(chan inbound, cfg.InboundQueue),
+		frames:  make(map[bft.Message][]byte),
+	}
+	lim := wire.Limits{MaxReplicas: n}
+	r.ep = &endpoint{
+		self:     link.Replica(uint64(cfg.ID)),
+		log:      log,
+		limits:   lim,
+		opts:     cfg.Link,
+		queue:    cfg.OutboundQueue,
+		redial:   backoff{min: cfg.RedialMin, max: cfg.RedialMax},
+		dropped:  m.dropped,
+		received: &m.received,
+		links:    m.links,
+		conns:    make(map[link.Peer]*conn),
+		deliver:  r.deliver,
+	}
+	addr := cfg.Cluster.Replicas[cfg.ID].Addr
+	r.addr.Store(&addr)
+	r.last = cr.Status()
+	st := r.last
+	r.status.Store(&st)
+	return r, nil
+}
+
+// Status returns the core's status as of its last step; safe from any
+// goroutine.
+func (r *Replica) Status() bft.Status { return *r.status.Load() }
+
+// Ready is closed once Run listens.
+func (r *Replica) Ready() <-chan struct{} { return r.ready }
+
+// Addr returns the address Run listens on once Ready is closed (useful
+// with a Listener on port 0), the configured one before.
+func (r *Replica) Addr() string { return *r.addr.Load() }
+
+func (r *Replica) deliver(from link.Peer, m bft.Message, done <-chan struct{}) bool {
+	select {
+	case r.inbound <- inbound{from: bft.Target(from), m: m}:
+		return true
+	case <-done:
+		return false
+	}
+}
+
+// lookup gives the handshake the key of an accepted peer: a client's, or
+// a replica's whose ID is below ours (the lower ID dials).
+func (r *Replica) lookup(p link.Peer) ([]byte, bool) {
+	var k []byte
+	if p.Client {
+		k = r.cfg.Cluster.ClientLinkKey(bft.ClientID(p.ID), r.cfg.ID)
+	} else if p.ID < uint64(r.cfg.ID) {
+		k = r.cfg.Cluster.LinkKey(bft.ReplicaID(p.ID), r.cfg.ID)
+	}
+	return k, k != nil
+}
+
+// Run listens on the replica's address (or uses Config.Listener), keeps
+// the links to the other replicas up, serves clients and runs the core
+// until ctx is done. It returns nil when ctx is done, after every
+// goroutine it started has exited and every link and the listener are
+// closed; it returns an error if it cannot listen. A Replica runs once.
+func (r *Replica) Run(ctx context.Context) error {
+	if !r.ran.CompareAndSwap(false, true) {
+		return errors.New("node: Replica.Run called twice")
+	}
+	ln := r.cfg.Listener
+	if ln == nil {
+		var err error
+		ln, err = r.tr.Listen(ctx, r.Addr())
+		if err != nil {
+			return fmt.Errorf("node: replica %d: listen on %s: %w", r.cfg.ID, r.Addr(), err)
+		}
+	}
+	addr := ln.Addr().String()
+	r.addr.Store(&addr)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	r.log.Info("listening", "addr", addr, "network", r.tr.Transport)
+	close(r.ready)
+
+	ep := r.ep
+	ep.wg.Add(1)
+	go func() {
+		defer ep.wg.Done()
+		ep.acceptLoop(ctx, ln, r.lookup)
+	}()
+	for j := int(r.cfg.ID) + 1; j < r.n; j++ {
+		key := r.cfg.Cluster.LinkKey(r.cfg.ID, bft.ReplicaID(j))
+		if key == nil {
+			r.log.Error("no link key; not dialing", "peer", j)
+			continue
+		}
+		addr := r.cfg.Cluster.Replicas[j].Addr
+		ep.wg.Add(1)
+		go func() {
+			defer ep.wg.Done()
+			ep.dialLoop(ctx, r.tr.Dial, addr, link.Replica(uint64(j)), key)
+		}()
+	}
+
+	r.loop(ctx)
+
+	cancel()
+	ln.Close()
+	ep.close()
+	ep.wg.Wait()
+	r.log.Info("stopped")
+	return nil
+}
+
+// loop is the core's goroutine.
+func (r *Replica) loop(ctx context.Context) {
+	t := time.NewTicker(r.cfg.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case in := <-r.inbound:
+			r.step(in)
+		drain:
+			for i := 1; i < r.cfg.MaxDrain; i++ {
+				select {
+				case in = <-r.inbound:
+					r.step(in)
+				default:
+					break drain
+				}
+			}
+		case <-t.C:
+			r.core.Tick()
+		}
+		if r.core.HasReady() {
+			r.handleReady(r.core.Ready())
+		}
+		r.publish()
+	}
+}
+
+func (r *Replica) step(in inbound) {
+	if err := r.core.Step(in.from, in.m); err != nil {
+		reason := stepReason(err)
+		r.m.dropped.inc(reason)
+		if r.log.Enabled(context.Background(), slog.LevelDebug) {
+			r.log.Debug("message dropped", "from", link.Peer(in.from), "type", typeNames[typeIndex(in.m.Type())], "reason", reason, "err", err)
+		}
+	}
+}
+
+// handleReady routes the core's output to the links' queues and reports
+// executed batches.
+func (r *Replica) handleReady(rd bft.Ready) {
+	if len(rd.Messages) > 0 {
+		debug := r.log.Enabled(context.Background(), slog.LevelDebug)
+		ep := r.ep
+		ep.mu.Lock()
+		for _, e := range rd.Messages {
+			c := ep.lookupLocked(link.Peer(e.To))
+			if c == nil {
+				r.m.dropped.inc(reasonNoLink)
+				continue
+			}
+			frame, ok := r.frames[e.Msg]
+			if !ok {
+				frame = wire.Append(nil, e.Msg)
+				r.frames[e.Msg] = frame
+			}
+			if c.enqueue(frame) {
+				r.m.sent[typeIndex(e.Msg.Type())].Inc()
+				if debug {
+					r.log.Debug("sent", "to", c.peer, "type", typeNames[typeIndex(e.Msg.Type())], "bytes", len(frame))
+				}
+			} else {
+				r.m.dropped.inc(reasonQueueFull)
+			}
+		}
+		ep.mu.Unlock()
+		clear(r.frames)
+	}
+	for _, c := range rd.Committed {
+		r.m.committedBatches.Inc()
+		r.m.committedRequests.Add(float64(len(c.Batch)))
+		r.m.batchSize.Observe(float64(len(c.Batch)))
+		if b := int64(len(c.Batch)); b > r.m.maxBatch.Load() {
+			r.m.maxBatch.Store(b)
+		}
+	}
+}
+
+// publish makes the core's status visible to Status and the metrics, and
+// logs view changes and state transfers.
+func (r *Replica) publish() {
+	s := r.core.Status()
+	old := r.last
+	if s.View != old.View || s.ViewChanging != old.ViewChanging {
+		if s.ViewChanging {
+			r.log.Info("view change started", "view", s.View, "from_view", old.View)
+		} else {
+			r.log.Info("view entered", "view", s.View, "primary", s.Primary, "last_executed", s.LastExecuted)
+		}
+	}
+	if s.NewViews > old.NewViews {
+		r.m.viewChanges.Add(float64(s.NewViews - old.NewViews))
+	}
+	if s.StateTransfers > old.StateTransfers {
+		r.m.stateTransfers.Add(float64(s.StateTransfers - old.StateTransfers))
+		r.log.Info("state transfer done", "seq", s.LastExecuted, "stable", s.Stable)
+	}
+	if s != old {
+		r.m.view.Set(float64(s.View))
+		r.m.stableSeq.Set(float64(s.Stable))
+		r.m.lastExecuted.Set(float64(s.LastExecuted))
+		r.m.checkpointLag.Set(float64(s.LastExecuted - min(s.Stable, s.LastExecuted)))
+		r.last = s
+		r.status.Store(&s)
+	}
+}
