@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/rubin-go/rubin"
+	"github.com/rubin-go/rubin/bft"
+	"github.com/rubin-go/rubin/bft/auth"
+	"github.com/rubin-go/rubin/bft/kv"
+	"github.com/rubin-go/rubin/bft/node"
+)
+
+// clusterFlags are the flags every command that joins a cluster shares:
+// the cluster file and the transport (-transport, -spin and the other
+// flags of rubin.Config).
+type clusterFlags struct {
+	path      string
+	transport rubin.Config
+}
+
+func (c *clusterFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.path, "cluster", "cluster.json", "the cluster file, as bft keygen writes it")
+	c.transport.RegisterFlags(fs)
+}
+
+// load reads the cluster file and checks the transport's name.
+func (c *clusterFlags) load() (*auth.Cluster, error) {
+	if t := c.transport.Transport; t != "tcp" && t != "rdma" {
+		return nil, fmt.Errorf("%w: -transport %q is neither tcp nor rdma", errUsage, t)
+	}
+	return auth.Load(c.path)
+}
+
+func runReplica(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("replica", stderr)
+	var cf clusterFlags
+	cf.register(fs)
+	id := fs.Int("id", -1, "this replica's index in the cluster file")
+	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics")
+	verbose := fs.Bool("v", false, "log every view change, link and state transfer at debug level too")
+	if err := parseFlags(fs, args, 0); err != nil {
+		return err
+	}
+	c, err := cf.load()
+	if err != nil {
+		return err
+	}
+	if *id < 0 || *id >= len(c.Replicas) {
+		return fmt.Errorf("%w: -id %d is not a replica of %s (0 to %d)", errUsage, *id, cf.path, len(c.Replicas)-1)
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector())
+	r, err := node.NewReplica(node.ReplicaConfig{
+		Cluster:    c,
+		ID:         bft.ReplicaID(*id),
+		Transport:  &cf.transport,
+		App:        kv.New(kv.Config{}),
+		Logger:     logger.With("replica", *id),
+		Registerer: reg,
+	})
+	if err != nil {
+		return err
+	}
+	if *metricsAddr != "" {
+		addr, err := serveMetrics(ctx, *metricsAddr, reg, logger)
+		if err != nil {
+			return err
+		}
+		logger.Info("metrics", "url", fmt.Sprintf("http://%v/metrics", addr))
+	}
+	go func() {
+		select {
+		case <-r.Ready():
+			fmt.Fprintf(stdout, "replica %d listening on %s\n", *id, c.Replicas[*id].Addr)
+		case <-ctx.Done():
+		}
+	}()
+	return r.Run(ctx)
+}
+
+// serveMetrics serves reg at http://addr/metrics until ctx is done and
+// returns the address it listens on.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, logger *slog.Logger) (net.Addr, error) {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("metrics server", "err", err)
+		}
+	}()
+	context.AfterFunc(ctx, func() {
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		srv.Shutdown(shutdownCtx)
+	})
+	return ln.Addr(), nil
+}
