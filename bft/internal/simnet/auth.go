@@ -4,9 +4,9 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
 
 	"github.com/rubin-go/rubin/bft"
+	"github.com/rubin-go/rubin/bft/wire"
 )
 
 // Keys is the key material of a simulated cluster: an HMAC-SHA256 key per
@@ -37,40 +37,10 @@ func (k *Keys) clientKey(c bft.ClientID, r int) []byte {
 	return k.derive(2, uint64(c), uint64(r))
 }
 
-// signedContent encodes m without its top-level Sig, deterministically
-// (JSON of structs without maps is).
-func signedContent(m bft.Message) []byte {
-	var v any
-	switch m := m.(type) {
-	case *bft.PrePrepare:
-		c := *m
-		c.Sig = nil
-		v = c
-	case *bft.Prepare:
-		c := *m
-		c.Sig = nil
-		v = c
-	case *bft.Checkpoint:
-		c := *m
-		c.Sig = nil
-		v = c
-	case *bft.ViewChange:
-		c := *m
-		c.Sig = nil
-		v = c
-	case *bft.NewView:
-		c := *m
-		c.Sig = nil
-		v = c
-	default:
-		v = m
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	return append([]byte{byte(m.Type())}, b...)
-}
+// signedContent is what a signature covers: wire.SignedBytes, as with
+// the real authenticator (it is canonical, so a message survives the
+// codec round trip with its signatures valid).
+func signedContent(m bft.Message) []byte { return wire.SignedBytes(nil, m) }
 
 // MAC computes replica id's "signature" over m.
 func (k *Keys) MAC(id bft.ReplicaID, m bft.Message) []byte {
@@ -96,23 +66,23 @@ func (k *Keys) SignRequest(r *bft.Request) {
 }
 
 // Auth is replica id's Authenticator.
-func (k *Keys) Auth(id bft.ReplicaID) bft.Authenticator { return &auth{k: k, id: id} }
+func (k *Keys) Auth(id bft.ReplicaID) bft.Authenticator { return &hmacAuth{k: k, id: id} }
 
-type auth struct {
+type hmacAuth struct {
 	k  *Keys
 	id bft.ReplicaID
 }
 
-func (a *auth) Sign(m bft.Message) []byte { return a.k.MAC(a.id, m) }
+func (a *hmacAuth) Sign(m bft.Message) []byte { return a.k.MAC(a.id, m) }
 
-func (a *auth) Verify(id bft.ReplicaID, m bft.Message, sig []byte) bool {
+func (a *hmacAuth) Verify(id bft.ReplicaID, m bft.Message, sig []byte) bool {
 	if int(id) >= a.k.N || len(sig) != sha256.Size {
 		return false
 	}
 	return hmac.Equal(a.k.MAC(id, m), sig)
 }
 
-func (a *auth) VerifyRequest(r *bft.Request) bool {
+func (a *hmacAuth) VerifyRequest(r *bft.Request) bool {
 	i := int(a.id) * sha256.Size
 	if len(r.Auth) != a.k.N*sha256.Size {
 		return false

@@ -5,6 +5,17 @@
 // crash and restart, Byzantine rewriting of a replica's output). Every run
 // is a function of the seed.
 //
+// Checking: a Checker (Net.Check) watches every run for safety
+// violations (see Checker); Net.LoadLive drives the clients after the
+// network healed and fails on a request that takes too long. Byzantine
+// replicas are Adversary behaviours (MakeByzantine: equivocation,
+// silence, forgery, replay, lies in view changes and new views, ...)
+// that rewrite what a replica running the correct core sends; Byzantine
+// clients are ClientAttack. With Options.Codec every message goes
+// through the real codec (bft/wire), with Options.RealAuth replicas and
+// clients use the real authenticator (bft/auth). Failure reports
+// (Net.Report) give the seed, the replicas' status and the last events.
+//
 // Time: one Net.Tick first delivers every packet due, repeatedly, until no
 // node has anything more to send at this tick (so with MaxDelay 0 a whole
 // request round trip fits in one tick), then ticks every node once.
@@ -16,6 +27,8 @@ import (
 	"math/rand/v2"
 
 	"github.com/rubin-go/rubin/bft"
+	"github.com/rubin-go/rubin/bft/auth"
+	"github.com/rubin-go/rubin/bft/wire"
 )
 
 // Packet is a message in flight.
@@ -35,6 +48,18 @@ type Options struct {
 	Config func(*bft.Config)
 	// ClientConfig adjusts every client's configuration.
 	ClientConfig func(*bft.ClientConfig)
+	// Codec passes every message sent through wire.Append and
+	// wire.Decode, so receivers get what the real codec reconstructs.
+	Codec bool
+	// RealAuth uses package bft/auth (Ed25519 signatures, truncated
+	// HMAC request authenticators) with keys from a seeded dealer
+	// instead of the HMAC stand-ins. Net.Keys still exists but its MACs
+	// do not verify; use Net.Sign and Net.SignRequest.
+	RealAuth bool
+	// ExtraClients: identities beyond the correct clients (IDs
+	// Clients+1 ...) that RealAuth provisions keys for, for Byzantine
+	// clients.
+	ExtraClients int
 }
 
 // Net is a simulated cluster. Fields in the fault section may be changed
@@ -61,12 +86,34 @@ type Net struct {
 	Crashed   []bool  // a crashed replica sends, receives and ticks nothing
 	Block     func(from, to bft.Target) bool
 	Byzantine func(from bft.ReplicaID, e bft.Envelope) []bft.Envelope
+	// OnTick runs at the start of every Tick, before deliveries: for
+	// injecting traffic (Byzantine clients, replays).
+	OnTick []func()
+	// Faulty marks the replicas outside the correct set (Byzantine):
+	// the Checker ignores what they execute. MakeByzantine sets it.
+	Faulty []bool
 
 	// Observations.
 	Errors     map[error]int // Step errors by sentinel
 	LastErrors []error       // the most recent Step errors, for debugging
 	Divergence error         // set when two replicas execute different batches at one seq
 	Delivered  uint64
+	// CodecErrors counts messages that failed the codec round trip (only
+	// with Options.Codec); those from correct nodes are violations.
+	CodecErrors int
+	// CodecRoundTrips counts messages that went through the codec.
+	CodecRoundTrips int
+	// Check is the safety checker, always on; see Checker.
+	Check *Checker
+
+	Seed       uint64
+	codec      bool
+	cluster    *auth.Cluster
+	clientAuth map[bft.ClientID]*auth.ClientAuth
+	adv        map[bft.ReplicaID]*Adversary
+	issued     []uint64 // tick each client's outstanding request was proposed
+	trace      [traceLen]Event
+	traceN     uint64
 
 	queue   []Packet
 	digests map[uint64]bft.Digest
@@ -88,8 +135,22 @@ func New(o Options) (*Net, error) {
 		Keys:    NewKeys(o.N, o.Seed),
 		Rand:    rand.New(rand.NewPCG(o.Seed, 0x5151)),
 		Crashed: make([]bool, o.N),
+		Faulty:  make([]bool, o.N),
 		Errors:  make(map[error]int),
 		digests: make(map[uint64]bft.Digest),
+		Seed:    o.Seed,
+		codec:   o.Codec,
+	}
+	n.Check = newChecker(n)
+	if o.RealAuth {
+		var seed [32]byte
+		copy(seed[:], fmt.Sprintf("simnet-%d", o.Seed))
+		c, err := auth.Generate(o.N, o.Clients+o.ExtraClients+1, "127.0.0.1", 20000, rand.NewChaCha8(seed))
+		if err != nil {
+			return nil, err
+		}
+		n.cluster = c
+		n.clientAuth = make(map[bft.ClientID]*auth.ClientAuth)
 	}
 	for i := 0; i < o.N; i++ {
 		cfg := bft.Config{}
@@ -98,6 +159,13 @@ func New(o Options) (*Net, error) {
 		}
 		cfg.ID, cfg.N = bft.ReplicaID(i), o.N
 		cfg.Auth = n.Keys.Auth(bft.ReplicaID(i))
+		if n.cluster != nil {
+			a, err := auth.NewReplicaAuth(n.cluster, bft.ReplicaID(i))
+			if err != nil {
+				return nil, err
+			}
+			cfg.Auth = a
+		}
 		n.Configs = append(n.Configs, cfg)
 		n.Replicas = append(n.Replicas, nil)
 		n.Apps = append(n.Apps, nil)
@@ -107,7 +175,7 @@ func New(o Options) (*Net, error) {
 		}
 	}
 	for i := 0; i < o.Clients; i++ {
-		cc := bft.ClientConfig{ID: bft.ClientID(i + 1), N: o.N, Sign: n.Keys.SignRequest}
+		cc := bft.ClientConfig{ID: bft.ClientID(i + 1), N: o.N, Sign: n.SignRequest}
 		if o.ClientConfig != nil {
 			o.ClientConfig(&cc)
 		}
@@ -117,6 +185,7 @@ func New(o Options) (*Net, error) {
 		}
 		n.Clients = append(n.Clients, c)
 		n.Results = append(n.Results, nil)
+		n.issued = append(n.issued, 0)
 	}
 	return n, nil
 }
@@ -133,6 +202,9 @@ func (n *Net) Restart(i int) error {
 	}
 	n.Replicas[i], n.Apps[i], n.Executed[i] = r, app, nil
 	n.Crashed[i] = false
+	if n.Check != nil && n.Now > 0 {
+		n.Note("replica %d restarted empty", i)
+	}
 	return nil
 }
 
@@ -141,11 +213,29 @@ func (n *Net) Restart(i int) error {
 func (n *Net) Send(from bft.Target, e bft.Envelope) { n.enqueue(from, e) }
 
 func (n *Net) enqueue(from bft.Target, e bft.Envelope) {
+	if r, ok := e.Msg.(*bft.Request); ok && from.Client && !n.isFaulty(from) && r.Client == bft.ClientID(from.ID) {
+		if _, ok := n.Check.issued[reqKey{r.Client, r.Timestamp}]; !ok {
+			n.Check.issued[reqKey{r.Client, r.Timestamp}] = r.Op
+		}
+	}
 	if n.Block != nil && n.Block(from, e.To) {
 		return
 	}
 	if n.DropRate > 0 && n.Rand.Float64() < n.DropRate {
 		return
+	}
+	if n.codec && e.Msg != nil {
+		m, err := wire.Decode(wire.Append(nil, e.Msg))
+		if err != nil {
+			n.CodecErrors++
+			n.record(Event{Kind: "codec", From: from, To: e.To, Msg: e.Msg, Err: err})
+			if !n.isFaulty(from) {
+				n.Check.fail("codec: %s from %s to %s: %v", Describe(e.Msg), tname(from), tname(e.To), err)
+			}
+			return
+		}
+		e.Msg = m
+		n.CodecRoundTrips++
 	}
 	copies := 1
 	if n.DupRate > 0 && n.Rand.Float64() < n.DupRate {
@@ -169,13 +259,21 @@ func (n *Net) collect() {
 		rd := r.Ready()
 		for _, c := range rd.Committed {
 			n.Executed[i] = append(n.Executed[i], c)
+			if n.Faulty[i] {
+				continue
+			}
 			if d, ok := n.digests[c.Seq]; ok && d != c.Digest && n.Divergence == nil {
 				n.Divergence = fmt.Errorf("simnet: replica %d executed digest %x at seq %d, another %x", i, c.Digest[:4], c.Seq, d[:4])
 			}
 			n.digests[c.Seq] = c.Digest
+			n.record(Event{Kind: "exec", From: bft.ToReplica(bft.ReplicaID(i)), Text: fmt.Sprintf("view %d seq %d digest %x, %d requests", c.View, c.Seq, c.Digest[:4], len(c.Batch))})
+			n.Check.committed(i, c)
 		}
 		from := bft.ToReplica(bft.ReplicaID(i))
 		for _, e := range rd.Messages {
+			if rep, ok := e.Msg.(*bft.Reply); ok && !n.Faulty[i] {
+				n.Check.reply(i, rep)
+			}
 			if n.Byzantine != nil {
 				for _, b := range n.Byzantine(bft.ReplicaID(i), e) {
 					n.enqueue(from, b)
@@ -187,8 +285,18 @@ func (n *Net) collect() {
 	}
 	for i, c := range n.Clients {
 		rd := c.Ready()
+		for _, d := range rd.Done {
+			n.Check.accepted(i+1, d)
+		}
 		n.Results[i] = append(n.Results[i], rd.Done...)
 		for _, e := range rd.Messages {
+			if r, ok := e.Msg.(*bft.Request); ok {
+				if len(n.Check.issuedReqs) < 256 {
+					n.Check.issuedReqs = append(n.Check.issuedReqs, r)
+				} else {
+					n.Check.issuedReqs[n.Rand.IntN(256)] = r
+				}
+			}
 			n.enqueue(bft.ToClient(bft.ClientID(i+1)), e)
 		}
 	}
@@ -197,6 +305,7 @@ func (n *Net) collect() {
 func (n *Net) deliver(p Packet) {
 	n.Delivered++
 	var err error
+	defer func() { n.record(Event{Kind: "deliver", From: p.From, To: p.To, Msg: p.Msg, Err: err}) }()
 	if p.To.Client {
 		i := int(p.To.ID) - 1
 		rep, ok := p.Msg.(*bft.Reply)
@@ -209,8 +318,16 @@ func (n *Net) deliver(p Packet) {
 		if i >= n.N || n.Crashed[i] {
 			return
 		}
+		if a := n.adv[bft.ReplicaID(i)]; a != nil {
+			a.hear(p)
+		}
 		err = n.Replicas[i].Step(p.From, p.Msg)
 	}
+	n.countErr(err)
+}
+
+// countErr counts a Step error by sentinel.
+func (n *Net) countErr(err error) {
 	if err != nil {
 		for _, s := range sentinels {
 			if errors.Is(err, s) {
@@ -227,6 +344,9 @@ func (n *Net) deliver(p Packet) {
 // Tick delivers everything due now (until the cluster is quiet at this
 // tick), then ticks every live node.
 func (n *Net) Tick() {
+	for _, f := range n.OnTick {
+		f()
+	}
 	for round := 0; round < 10000; round++ {
 		n.collect()
 		var due []Packet
@@ -287,9 +407,7 @@ func (n *Net) Load(total, maxTicks int, op func(c, k int) []byte) bool {
 			}
 			done = false
 			if !c.Outstanding() {
-				if _, err := c.Propose(op(i, len(n.Results[i]))); err != nil {
-					panic(err)
-				}
+				n.propose(i, op(i, len(n.Results[i])))
 			}
 		}
 		return done
@@ -303,9 +421,12 @@ func (n *Net) CheckAgreement() error {
 	if n.Divergence != nil {
 		return n.Divergence
 	}
+	if err := n.Check.Err(); err != nil {
+		return err
+	}
 	hash := map[uint64][32]byte{}
 	for i, r := range n.Replicas {
-		if n.Crashed[i] {
+		if n.Crashed[i] || n.Faulty[i] {
 			continue
 		}
 		le := r.Status().LastExecuted

@@ -1,0 +1,787 @@
+package simnet
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/rubin-go/rubin/bft"
+	"github.com/rubin-go/rubin/bft/wire"
+)
+
+// Adversary controls what a Byzantine replica sends. The replica runs the
+// correct core; every envelope it emits goes through Behaviors in order
+// (each maps one envelope to any number, possibly none), and Injectors
+// run every tick to send extra traffic. It signs with the replica's own
+// key only: it cannot produce other replicas' signatures or clients'
+// authenticators.
+type Adversary struct {
+	Net       *Net
+	ID        bft.ReplicaID
+	Rand      *rand.Rand
+	Behaviors []Behavior
+	Injectors []func(a *Adversary)
+
+	sent          []bft.Envelope // recent envelopes it sent (ring)
+	heard         []Packet       // recent packets it received (ring)
+	nSent, nHeard int
+	// Re-proposal state: requests it proposed before, and the rewritten
+	// pre-prepare per (view, seq), so every backup gets the same one.
+	oldReqs  []bft.Request
+	reissued map[[2]uint64]*bft.PrePrepare
+}
+
+// Behavior rewrites one envelope a Byzantine replica is about to send.
+type Behavior func(a *Adversary, e bft.Envelope) []bft.Envelope
+
+const advRing = 256
+
+// MakeByzantine marks replica id faulty (outside the checker's correct
+// set) and hands its output to an adversary with these behaviors.
+func (n *Net) MakeByzantine(id bft.ReplicaID, bs ...Behavior) *Adversary {
+	if n.adv == nil {
+		n.adv = make(map[bft.ReplicaID]*Adversary)
+		n.Byzantine = n.dispatch
+		n.OnTick = append(n.OnTick, func() {
+			for i := 0; i < n.N; i++ {
+				if a := n.adv[bft.ReplicaID(i)]; a != nil && !n.Crashed[i] {
+					for _, f := range a.Injectors {
+						f(a)
+					}
+				}
+			}
+		})
+	}
+	a := &Adversary{Net: n, ID: id, Rand: rand.New(rand.NewPCG(n.Seed, 0xbad0+uint64(id))), Behaviors: bs}
+	n.adv[id] = a
+	n.Faulty[id] = true
+	n.Note("replica %d is Byzantine", id)
+	return a
+}
+
+func (n *Net) dispatch(from bft.ReplicaID, e bft.Envelope) []bft.Envelope {
+	a := n.adv[from]
+	if a == nil {
+		return []bft.Envelope{e}
+	}
+	out := []bft.Envelope{e}
+	for _, b := range a.Behaviors {
+		var next []bft.Envelope
+		for _, e := range out {
+			next = append(next, b(a, e)...)
+		}
+		out = next
+	}
+	for _, e := range out {
+		a.remember(e)
+	}
+	return out
+}
+
+func (a *Adversary) remember(e bft.Envelope) {
+	if len(a.sent) < advRing {
+		a.sent = append(a.sent, e)
+	} else {
+		a.sent[a.nSent%advRing] = e
+	}
+	a.nSent++
+}
+
+func (a *Adversary) hear(p Packet) {
+	if len(a.heard) < advRing {
+		a.heard = append(a.heard, p)
+	} else {
+		a.heard[a.nHeard%advRing] = p
+	}
+	a.nHeard++
+}
+
+// Send injects an envelope from the adversary's replica (subject to
+// network faults, not to its behaviors).
+func (a *Adversary) Send(to bft.ReplicaID, m bft.Message) {
+	if to == a.ID {
+		return
+	}
+	a.Net.enqueue(bft.ToReplica(a.ID), bft.Envelope{To: bft.ToReplica(to), Msg: m})
+}
+
+func (a *Adversary) sign(m bft.Message) []byte { return a.Net.Sign(a.ID, m) }
+
+func (a *Adversary) view() uint64 { return a.Net.Replicas[a.ID].Status().View }
+
+func (a *Adversary) primary() bool {
+	return uint64(a.ID) == a.view()%uint64(a.Net.N)
+}
+
+func (a *Adversary) randDigest() bft.Digest {
+	var d bft.Digest
+	for i := range d {
+		d[i] = byte(a.Rand.Uint32())
+	}
+	return d
+}
+
+func (a *Adversary) other() bft.ReplicaID {
+	for {
+		if r := bft.ReplicaID(a.Rand.IntN(a.Net.N)); r != a.ID {
+			return r
+		}
+	}
+}
+
+// Equivocate: as primary, send the pre-prepares it proposes in the
+// normal case with different batches to different backups for the same
+// view and sequence number (validly signed), split by sequence number:
+// the real batch to half the backups and another to the rest; another
+// batch to all backups but one (which then prepares at 2f backups but
+// cannot commit); or a different batch to every backup. The other batch
+// is the real one reversed, without its first request, empty, or with a
+// request of its own added.
+func Equivocate() Behavior {
+	return func(a *Adversary, e bft.Envelope) []bft.Envelope {
+		pp, ok := e.Msg.(*bft.PrePrepare)
+		if !ok || e.To.Client {
+			return []bft.Envelope{e}
+		}
+		to := e.To.ID
+		variant := to
+		switch pp.Seq % 3 {
+		case 0: // half and half
+			if (to+pp.Seq)%2 == 0 {
+				return []bft.Envelope{e}
+			}
+		case 1: // all but the lowest backup get another batch
+			low := uint64(0)
+			if bft.ReplicaID(0) == a.ID {
+				low = 1
+			}
+			if to == low {
+				return []bft.Envelope{e}
+			}
+			variant = 0
+		}
+		alt := &bft.PrePrepare{View: pp.View, Seq: pp.Seq}
+		switch variant % 3 {
+		case 0:
+			for i := len(pp.Batch) - 1; i >= 0; i-- {
+				alt.Batch = append(alt.Batch, pp.Batch[i])
+			}
+		case 1:
+			if len(pp.Batch) > 0 {
+				alt.Batch = append(alt.Batch, pp.Batch[1:]...)
+			}
+		}
+		if len(alt.Batch) == 0 {
+			alt.Batch = nil
+		}
+		if bft.BatchDigest(alt.Batch) == pp.Digest {
+			// Same batch: add a request of the Byzantine primary's own
+			// client identity (validly authenticated: a colluding client).
+			r := bft.Request{Client: 1 << 30, Timestamp: pp.Seq<<8 | to, Op: []byte("equivocation")}
+			a.Net.SignRequest(&r)
+			alt.Batch = append(alt.Batch, r)
+		}
+		alt.Digest = bft.BatchDigest(alt.Batch)
+		alt.Sig = a.sign(alt)
+		return []bft.Envelope{{To: e.To, Msg: alt}}
+	}
+}
+
+// Repropose: as primary, add requests it proposed before (already
+// executed, most likely) to the batches it proposes, the same for every
+// backup, so they commit: a request must never execute twice.
+func Repropose() Behavior {
+	return func(a *Adversary, e bft.Envelope) []bft.Envelope {
+		pp, ok := e.Msg.(*bft.PrePrepare)
+		if !ok || e.To.Client {
+			return []bft.Envelope{e}
+		}
+		if a.reissued == nil {
+			a.reissued = make(map[[2]uint64]*bft.PrePrepare)
+		}
+		k := [2]uint64{pp.View, pp.Seq}
+		if alt := a.reissued[k]; alt != nil {
+			return []bft.Envelope{{To: e.To, Msg: alt}}
+		}
+		alt := pp
+		if len(a.oldReqs) > 0 {
+			alt = &bft.PrePrepare{View: pp.View, Seq: pp.Seq}
+			alt.Batch = append(append(alt.Batch, pp.Batch...), a.oldReqs[a.Rand.IntN(len(a.oldReqs))])
+			alt.Digest = bft.BatchDigest(alt.Batch)
+			alt.Sig = a.sign(alt)
+		}
+		for _, r := range pp.Batch {
+			if len(a.oldReqs) < advRing {
+				a.oldReqs = append(a.oldReqs, r)
+			}
+		}
+		if len(a.reissued) > 4*advRing {
+			clear(a.reissued)
+		}
+		a.reissued[k] = alt
+		return []bft.Envelope{{To: e.To, Msg: alt}}
+	}
+}
+
+// Silent drops everything while the replica is primary (or always, if
+// always), so it gives no sign of life a view change could not replace.
+func Silent(always bool) Behavior {
+	return func(a *Adversary, e bft.Envelope) []bft.Envelope {
+		if always || a.primary() {
+			return nil
+		}
+		return []bft.Envelope{e}
+	}
+}
+
+// OnlyToF: while primary, the replica sends to only f replicas (the
+// lowest IDs other than itself), so no quorum can form.
+func OnlyToF() Behavior {
+	return func(a *Adversary, e bft.Envelope) []bft.Envelope {
+		if !a.primary() || e.To.Client {
+			return []bft.Envelope{e}
+		}
+		f := (a.Net.N - 1) / 3
+		k := 0
+		for i := 0; i < a.Net.N && k < f; i++ {
+			if bft.ReplicaID(i) == a.ID {
+				continue
+			}
+			if uint64(i) == e.To.ID {
+				return []bft.Envelope{e}
+			}
+			k++
+		}
+		return nil
+	}
+}
+
+// Forge sends, besides (or instead of) a fraction p of its messages,
+// corrupted variants: wrong results in replies to clients; another replica's ID in the Replica field, a bad
+// signature, a stale view, a sequence number outside the watermarks, a
+// conflicting digest in its prepares and commits (validly signed: an
+// equivocating backup), a checkpoint with a wrong state digest.
+func Forge(p float64) Behavior {
+	return func(a *Adversary, e bft.Envelope) []bft.Envelope {
+		if a.Rand.Float64() >= p {
+			return []bft.Envelope{e}
+		}
+		if rep, ok := e.Msg.(*bft.Reply); ok {
+			// A wrong result, as if executed (f+1 matching replies are
+			// needed, so it must never be accepted).
+			c := *rep
+			c.Result = binary.BigEndian.AppendUint64([]byte("lie"), a.Rand.Uint64())
+			return []bft.Envelope{{To: e.To, Msg: &c}}
+		}
+		if e.To.Client {
+			return []bft.Envelope{e}
+		}
+		out := []bft.Envelope{e}
+		add := func(m bft.Message) { out = append(out, bft.Envelope{To: e.To, Msg: m}) }
+		replace := func(m bft.Message) { out[0] = bft.Envelope{To: e.To, Msg: m} }
+		L := a.Net.Configs[a.ID].WatermarkWindow
+		if L == 0 {
+			L = 256
+		}
+		switch m := e.Msg.(type) {
+		case *bft.Prepare:
+			switch a.Rand.IntN(5) {
+			case 0: // another replica's name
+				c := *m
+				c.Replica = a.other()
+				c.Sig = a.sign(&c)
+				add(&c)
+			case 1: // a bad signature
+				c := *m
+				c.Sig = append([]byte(nil), m.Sig...)
+				c.Sig[a.Rand.IntN(len(c.Sig))] ^= 0x40
+				add(&c)
+			case 2: // stale or far-future view
+				c := *m
+				if m.View > 0 && a.Rand.IntN(2) == 0 {
+					c.View--
+				} else {
+					c.View += 1000
+				}
+				c.Sig = a.sign(&c)
+				add(&c)
+			case 3: // out of the watermarks
+				c := *m
+				c.Seq += L * (1 + uint64(a.Rand.IntN(3)))
+				c.Sig = a.sign(&c)
+				add(&c)
+			case 4: // conflicting prepare, in place of the real one
+				c := *m
+				c.Digest = a.randDigest()
+				c.Sig = a.sign(&c)
+				replace(&c)
+			}
+		case *bft.Commit:
+			switch a.Rand.IntN(3) {
+			case 0:
+				c := *m
+				c.Replica = a.other()
+				add(&c)
+			case 1:
+				c := *m
+				c.Digest = a.randDigest()
+				replace(&c)
+			case 2:
+				c := *m
+				c.Seq += L
+				add(&c)
+			}
+		case *bft.Checkpoint:
+			c := *m
+			c.State = a.randDigest()
+			if a.Rand.IntN(2) == 0 {
+				c.Seq += uint64(a.Rand.IntN(3)) * a.Net.Configs[a.ID].CheckpointInterval
+			}
+			c.Sig = a.sign(&c)
+			replace(&c) // a bogus checkpoint instead of the real one
+		case *bft.PrePrepare:
+			c := *m
+			switch a.Rand.IntN(3) {
+			case 0:
+				c.Sig = append([]byte(nil), m.Sig...)
+				c.Sig[0] ^= 1
+			case 1:
+				c.Seq += L
+				c.Sig = a.sign(&c)
+			case 2:
+				c.Digest = a.randDigest() // digest not matching the batch
+				c.Sig = a.sign(&c)
+			}
+			add(&c)
+		case *bft.ViewChange:
+			c := *m
+			c.Replica = a.other()
+			add(&c)
+		case *bft.State:
+			c := *m
+			c.Snapshot = append([]byte{1}, m.Snapshot...)
+			replace(&c)
+		}
+		return out
+	}
+}
+
+// Replay: every tick, with probability p, the replica re-sends an old
+// message: one it sent before, or one it received from another replica
+// (forwarded under its own link, so only a new view may pass).
+func Replay(p float64) func(a *Adversary) {
+	return func(a *Adversary) {
+		if a.Rand.Float64() >= p {
+			return
+		}
+		if a.Rand.IntN(2) == 0 && len(a.sent) > 0 {
+			e := a.sent[a.Rand.IntN(len(a.sent))]
+			if !e.To.Client {
+				a.Send(a.other(), e.Msg)
+			}
+			return
+		}
+		if len(a.heard) > 0 {
+			p := a.heard[a.Rand.IntN(len(a.heard))]
+			if !p.From.Client {
+				a.Send(a.other(), p.Msg)
+			}
+		}
+	}
+}
+
+// LieInViewChange replaces the replica's view changes, per destination,
+// with lies (validly signed by itself): a prepared certificate for a
+// batch that never prepared, with forged prepares; one whose prepares
+// are copied from another sequence number; a stable checkpoint without a
+// valid certificate; a view far in the future. As a new primary it sends
+// new views whose pre-prepares do not follow from their view changes.
+func LieInViewChange() Behavior {
+	return func(a *Adversary, e bft.Envelope) []bft.Envelope {
+		switch m := e.Msg.(type) {
+		case *bft.ViewChange:
+			lie := a.lieVC(m)
+			if lie == nil {
+				return []bft.Envelope{e}
+			}
+			return []bft.Envelope{{To: e.To, Msg: lie}}
+		case *bft.NewView:
+			if m.Replica != a.ID || a.Rand.IntN(4) == 0 {
+				return []bft.Envelope{e}
+			}
+			q := a.Net.N - (a.Net.N-1)/3
+			if len(m.ViewChanges) > q && a.Rand.IntN(2) == 0 {
+				// A valid new view, but built from a different quorum
+				// of view changes for each destination: different
+				// pre-prepares for one (view, seq), all provable.
+				return []bft.Envelope{{To: e.To, Msg: a.subsetNewView(m, q)}}
+			}
+			c := *m
+			c.PrePrepares = append([]bft.PrePrepare(nil), m.PrePrepares...)
+			switch {
+			case len(c.PrePrepares) > 0 && a.Rand.IntN(2) == 0:
+				// Replace a re-proposed batch by a null one.
+				i := a.Rand.IntN(len(c.PrePrepares))
+				pp := c.PrePrepares[i]
+				pp.Batch = nil
+				pp.Digest = bft.BatchDigest(nil)
+				if pp.Digest == c.PrePrepares[i].Digest {
+					pp.Batch = []bft.Request{{Client: 1, Timestamp: 1 << 40, Op: []byte("evil"), Auth: make([]byte, a.Net.N*a.Net.MACSize())}}
+					pp.Digest = bft.BatchDigest(pp.Batch)
+				}
+				pp.Sig = a.sign(&pp)
+				c.PrePrepares[i] = pp
+			default:
+				// Claim an extra slot with an unauthorized request.
+				var seq uint64 = 1
+				if k := len(c.PrePrepares); k > 0 {
+					seq = c.PrePrepares[k-1].Seq + 1
+				} else {
+					for _, vc := range c.ViewChanges {
+						seq = max(seq, vc.StableSeq+1)
+					}
+				}
+				pp := bft.PrePrepare{View: c.View, Seq: seq, Batch: []bft.Request{{Client: 1, Timestamp: 1 << 40, Op: []byte("evil"), Auth: make([]byte, a.Net.N*a.Net.MACSize())}}}
+				pp.Digest = bft.BatchDigest(pp.Batch)
+				pp.Sig = a.sign(&pp)
+				c.PrePrepares = append(c.PrePrepares, pp)
+			}
+			c.Sig = a.sign(&c)
+			return []bft.Envelope{{To: e.To, Msg: &c}}
+		}
+		return []bft.Envelope{e}
+	}
+}
+
+func (a *Adversary) lieVC(vc *bft.ViewChange) *bft.ViewChange {
+	n := a.Net
+	K := n.Configs[a.ID].CheckpointInterval
+	if K == 0 {
+		K = 128
+	}
+	lie := *vc
+	evil := []bft.Request{{Client: 1, Timestamp: 1 << 40, Op: []byte("evil"), Auth: make([]byte, n.N*n.MACSize())}}
+	switch a.Rand.IntN(6) {
+	case 0:
+		return nil // honest, to this destination
+	case 1:
+		// A batch that never prepared: the old primary's pre-prepare and
+		// backups' prepares "signed" with this replica's key.
+		// The slot is the first one no certificate covers and this
+		// replica has not executed, where it could still bind.
+		v := vc.View - 1
+		seq := max(vc.StableSeq, n.Replicas[a.ID].Status().LastExecuted)
+		for _, c := range vc.Prepared {
+			seq = max(seq, c.PrePrepare.Seq)
+		}
+		seq++
+		if a.Rand.IntN(2) == 0 && len(vc.Prepared) > 0 {
+			seq = vc.Prepared[0].PrePrepare.Seq // or displace a prepared batch
+		}
+		pp := bft.PrePrepare{View: v, Seq: seq, Batch: evil}
+		pp.Digest = bft.BatchDigest(pp.Batch)
+		pp.Sig = a.sign(&pp)
+		cert := bft.PreparedCert{PrePrepare: pp}
+		for i := 0; i < n.N && len(cert.Prepares) < 2*((n.N-1)/3); i++ {
+			if uint64(i) == v%uint64(n.N) {
+				continue
+			}
+			p := bft.Prepare{View: v, Seq: pp.Seq, Digest: pp.Digest, Replica: bft.ReplicaID(i)}
+			p.Sig = a.sign(&p)
+			cert.Prepares = append(cert.Prepares, p)
+		}
+		lie.Prepared = []bft.PreparedCert{cert}
+		for _, c := range vc.Prepared {
+			if c.PrePrepare.Seq != seq {
+				lie.Prepared = append(lie.Prepared, c)
+			}
+		}
+		if seq-vc.StableSeq > n.Configs[a.ID].WatermarkWindow {
+			return nil
+		}
+	case 2:
+		// Prepares copied from another sequence number: a real
+		// certificate moved one slot up, or two swapped.
+		if len(vc.Prepared) == 0 {
+			return nil
+		}
+		certs := append([]bft.PreparedCert(nil), vc.Prepared...)
+		if len(certs) >= 2 && certs[0].PrePrepare.Digest != certs[1].PrePrepare.Digest {
+			certs[0].Prepares, certs[1].Prepares = certs[1].Prepares, certs[0].Prepares
+		} else {
+			last := certs[len(certs)-1]
+			last.PrePrepare.Seq++
+			last.PrePrepare.Sig = a.sign(&last.PrePrepare)
+			certs = append(certs, last)
+		}
+		lie.Prepared = certs
+	case 3:
+		// A stable checkpoint without a valid certificate: its own
+		// checkpoint and others' names.
+		s := vc.StableSeq + K
+		d := a.randDigest()
+		lie.StableSeq = s
+		lie.Stable = nil
+		for i := 0; i < n.N && len(lie.Stable) < n.N-(n.N-1)/3; i++ {
+			c := bft.Checkpoint{Seq: s, State: d, Replica: bft.ReplicaID(i)}
+			c.Sig = a.sign(&c)
+			lie.Stable = append(lie.Stable, c)
+		}
+		lie.Prepared = trimFrom(vc.Prepared, s+1)
+	case 4:
+		// A view far in the future.
+		lie.View = vc.View + 1000 + uint64(a.Rand.IntN(1<<20))
+	case 5:
+		// A bad signature on an otherwise honest view change.
+		lie.Sig = append([]byte(nil), vc.Sig...)
+		lie.Sig[len(lie.Sig)-1] ^= 0x80
+		return &lie
+	}
+	lie.Sig = a.sign(&lie)
+	return &lie
+}
+
+// trimFrom returns the certificates for sequence numbers at or above s.
+func trimFrom(cs []bft.PreparedCert, s uint64) []bft.PreparedCert {
+	var out []bft.PreparedCert
+	for _, c := range cs {
+		if c.PrePrepare.Seq >= s && c.PrePrepare.Seq-s < 1<<20 {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// ClientAttack is a Byzantine client, ID, that every tick (with
+// probability Rate) does one of the attacks enabled below. It is not in
+// Net.Clients: nobody waits for its results.
+type ClientAttack struct {
+	ID   bft.ClientID
+	Rate float64
+	// Garbage: random bytes through wire.Decode; whatever decodes is
+	// stepped into a replica, which must reject it. Mutated: a valid
+	// encoding with bytes flipped (may decode to a valid request).
+	Garbage, Mutated bool
+	// BadAuth: well-formed requests with a wrong authenticator.
+	BadAuth bool
+	// PartialAuth: requests whose authenticator is valid only for the
+	// replicas in ValidFor, sent to every replica.
+	PartialAuth bool
+	ValidFor    []bft.ReplicaID
+	// HugeOp: validly authenticated requests with an op above
+	// MaxOpSize (the configured one, MaxOpSize+1 bytes).
+	HugeOp bool
+	// Replay: correct clients' earlier requests, sent again from their
+	// (authenticated) link, as a network attacker would.
+	Replay bool
+
+	n    *Net
+	rand *rand.Rand
+	ts   uint64
+	// Accepted counts garbage that a replica did not reject (a
+	// violation is recorded too).
+	Accepted int
+}
+
+// AddClientAttack starts a Byzantine client.
+func (n *Net) AddClientAttack(c *ClientAttack) {
+	c.n = n
+	c.rand = rand.New(rand.NewPCG(n.Seed, 0xc11e+uint64(c.ID)))
+	c.ts = 1 << 20
+	n.OnTick = append(n.OnTick, c.tick)
+	n.Note("client %d is Byzantine", c.ID)
+}
+
+func (c *ClientAttack) tick() {
+	if c.rand.Float64() >= c.Rate {
+		return
+	}
+	var kinds []func()
+	if c.Garbage {
+		kinds = append(kinds, c.garbage)
+	}
+	if c.Mutated {
+		kinds = append(kinds, c.mutated)
+	}
+	if c.BadAuth {
+		kinds = append(kinds, c.badAuth)
+	}
+	if c.PartialAuth {
+		kinds = append(kinds, c.partial)
+	}
+	if c.HugeOp {
+		kinds = append(kinds, c.huge)
+	}
+	if c.Replay {
+		kinds = append(kinds, c.replay)
+	}
+	if len(kinds) > 0 {
+		kinds[c.rand.IntN(len(kinds))]()
+	}
+}
+
+func (c *ClientAttack) toAll(m bft.Message) {
+	for i := 0; i < c.n.N; i++ {
+		c.n.Send(bft.ToClient(c.ID), bft.Envelope{To: bft.ToReplica(bft.ReplicaID(i)), Msg: m})
+	}
+}
+
+func (c *ClientAttack) request(op []byte) *bft.Request {
+	c.ts++
+	r := &bft.Request{Client: c.ID, Timestamp: c.ts, Op: op}
+	c.n.SignRequest(r)
+	r.Client = c.ID
+	return r
+}
+
+func (c *ClientAttack) target() int {
+	for k := 0; k < 8; k++ {
+		if i := c.rand.IntN(c.n.N); !c.n.Crashed[i] {
+			return i
+		}
+	}
+	return -1
+}
+
+func (c *ClientAttack) stepDirect(m bft.Message, mustReject bool) {
+	i := c.target()
+	if i < 0 {
+		return
+	}
+	err := c.n.Replicas[i].Step(bft.ToClient(c.ID), m)
+	c.n.countErr(err)
+	c.n.record(Event{Kind: "inject", From: bft.ToClient(c.ID), To: bft.ToReplica(bft.ReplicaID(i)), Msg: m, Err: err})
+	if err == nil && mustReject {
+		c.Accepted++
+		c.n.Check.fail("replica %d accepted garbage from client %d: %s", i, c.ID, Describe(m))
+	}
+}
+
+func (c *ClientAttack) garbage() {
+	b := make([]byte, c.rand.IntN(300))
+	for i := range b {
+		b[i] = byte(c.rand.Uint32())
+	}
+	if len(b) > 0 && c.rand.IntN(2) == 0 {
+		b[0] = byte(1 + c.rand.IntN(10)) // a valid type byte
+	}
+	m, err := wire.Decode(b)
+	if err != nil {
+		if !errors.Is(err, wire.ErrMalformed) {
+			c.n.Check.fail("wire.Decode error %v does not wrap ErrMalformed", err)
+		}
+		return
+	}
+	c.stepDirect(m, true)
+}
+
+func (c *ClientAttack) mutated() {
+	b := wire.Append(nil, c.request([]byte(fmt.Sprintf("mut%d", c.ts))))
+	for k := 1 + c.rand.IntN(3); k > 0; k-- {
+		b[c.rand.IntN(len(b))] ^= byte(1 + c.rand.IntN(255))
+	}
+	m, err := wire.Decode(b)
+	if err != nil {
+		return
+	}
+	c.stepDirect(m, false)
+}
+
+func (c *ClientAttack) badAuth() {
+	r := c.request([]byte("badauth"))
+	r.Auth = bytes.Clone(r.Auth)
+	for i := range r.Auth {
+		r.Auth[i] ^= byte(c.rand.Uint32() | 1)
+	}
+	c.toAll(r)
+}
+
+func (c *ClientAttack) partial() {
+	r := c.request(binary.BigEndian.AppendUint64([]byte("partial"), c.ts))
+	r.Auth = bytes.Clone(r.Auth)
+	ms := c.n.MACSize()
+	for i := 0; i < c.n.N; i++ {
+		valid := false
+		for _, v := range c.ValidFor {
+			if int(v) == i {
+				valid = true
+			}
+		}
+		if !valid {
+			r.Auth[i*ms] ^= 0xff
+		}
+	}
+	c.toAll(r)
+}
+
+func (c *ClientAttack) huge() {
+	max := c.n.Configs[0].MaxOpSize
+	if max <= 0 {
+		max = 64 << 10
+	}
+	c.toAll(c.request(make([]byte, max+1)))
+}
+
+func (c *ClientAttack) replay() {
+	n := c.n
+	if len(n.Check.issuedReqs) == 0 {
+		return
+	}
+	r := n.Check.issuedReqs[c.rand.IntN(len(n.Check.issuedReqs))]
+	to := c.target()
+	if to < 0 {
+		return
+	}
+	n.Send(bft.ToClient(r.Client), bft.Envelope{To: bft.ToReplica(bft.ReplicaID(to)), Msg: r})
+}
+
+// subsetNewView rebuilds nv from q of its view changes, chosen at random,
+// with the pre-prepares the core would compute from them, validly signed.
+func (a *Adversary) subsetNewView(nv *bft.NewView, q int) *bft.NewView {
+	vcs := append([]bft.ViewChange(nil), nv.ViewChanges...)
+	a.Rand.Shuffle(len(vcs), func(i, j int) { vcs[i], vcs[j] = vcs[j], vcs[i] })
+	vcs = vcs[:q]
+	sortVCs(vcs)
+	c := &bft.NewView{View: nv.View, ViewChanges: vcs, Replica: nv.Replica}
+	// As bft's computeNewView: from min-s, the highest stable checkpoint,
+	// to max-s, each slot gets the highest-view prepared batch or null.
+	var minS uint64
+	for i := range vcs {
+		minS = max(minS, vcs[i].StableSeq)
+	}
+	best := make(map[uint64]*bft.PreparedCert)
+	maxS := minS
+	for i := range vcs {
+		for j := range vcs[i].Prepared {
+			pc := &vcs[i].Prepared[j]
+			s := pc.PrePrepare.Seq
+			if s <= minS {
+				continue
+			}
+			if b := best[s]; b == nil || pc.PrePrepare.View > b.PrePrepare.View {
+				best[s] = pc
+			}
+			maxS = max(maxS, s)
+		}
+	}
+	for s := minS + 1; s <= maxS; s++ {
+		pp := bft.PrePrepare{View: nv.View, Seq: s, Digest: bft.BatchDigest(nil)}
+		if b := best[s]; b != nil {
+			pp.Digest, pp.Batch = b.PrePrepare.Digest, b.PrePrepare.Batch
+		}
+		pp.Sig = a.sign(&pp)
+		c.PrePrepares = append(c.PrePrepares, pp)
+	}
+	c.Sig = a.sign(c)
+	return c
+}
+
+func sortVCs(vcs []bft.ViewChange) {
+	for i := 1; i < len(vcs); i++ {
+		for j := i; j > 0 && vcs[j].Replica < vcs[j-1].Replica; j-- {
+			vcs[j], vcs[j-1] = vcs[j-1], vcs[j]
+		}
+	}
+}

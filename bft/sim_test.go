@@ -1,0 +1,248 @@
+package bft_test
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rubin-go/rubin/bft"
+	"github.com/rubin-go/rubin/bft/internal/simnet"
+)
+
+// Randomized schedules. Every scenario family (TestSim here, TestByzantine
+// in byzantine_test.go) runs a fixed list of seeds plus -bft.fresh fresh
+// ones drawn from the clock and logged. A schedule is a function of its
+// seed: a failure prints the command that replays it alone, e.g.
+//
+//	go test ./bft -run 'TestByzantine/^EquivocatingPrimary$' -count=1 -v -bft.seed=123
+var (
+	simSeed  = flag.Uint64("bft.seed", 0, "run only this seed in each TestSim/TestByzantine family selected by -run (0: the fixed seeds plus -bft.fresh fresh ones)")
+	simFresh = flag.Int("bft.fresh", 2, "fresh clock-drawn seeds per TestSim/TestByzantine family, besides the fixed ones")
+	simCodec = flag.Bool("bft.codec", true, "pass every simulated message through the wire codec")
+)
+
+// simCfg: small checkpoint interval and window, so runs exercise
+// checkpoints, log truncation, watermarks and state transfer; a small
+// MaxOpSize for the oversized-op attack.
+func simCfg(c *bft.Config) {
+	c.CheckpointInterval = 8
+	c.WatermarkWindow = 16
+	c.MaxOpSize = 1024
+}
+
+// chaos selects the network faults of a schedule's fault phase; their
+// intensities come from the seed.
+type chaos struct {
+	loss, dup, delay, reorder bool
+	partition                 bool // cut one replica (or a chosen one) off for a while
+	partitionVictim           int  // -1: a random correct replica
+	crash                     bool // crash one correct replica and restart it empty
+}
+
+var allNet = chaos{loss: true, dup: true, delay: true, reorder: true, partition: true, partitionVictim: -1}
+
+// family is a scenario family: one cluster shape and fault mix, run over
+// many seeds.
+type family struct {
+	name     string
+	n        int // replicas (default 4)
+	clients  int // correct clients (default 3)
+	seeds    []uint64
+	fresh    int // fresh seeds, if not -bft.fresh (e.g. for slow Ed25519 runs)
+	realAuth bool
+	net      chaos
+	// setup installs the Byzantine replicas and clients; rng is the
+	// schedule's.
+	setup func(n *simnet.Net, rng *rand.Rand)
+	// check asserts family-specific outcomes after the run.
+	check func(t *testing.T, n *simnet.Net)
+}
+
+const (
+	liveMore  = 4    // requests each correct client completes after healing
+	liveBound = 3000 // ticks within which each of them must complete
+)
+
+var latency struct {
+	sync.Mutex
+	max uint64
+}
+
+func runFamilies(t *testing.T, test string, fams []family) {
+	for _, fam := range fams {
+		t.Run(fam.name, func(t *testing.T) {
+			seeds := fam.seeds
+			if *simSeed != 0 {
+				seeds = []uint64{*simSeed}
+			} else {
+				fresh := *simFresh
+				if fam.fresh > 0 && fam.fresh < fresh {
+					fresh = fam.fresh
+				}
+				base := uint64(time.Now().UnixNano())
+				for i := 0; i < fresh; i++ {
+					s := base + uint64(i)*0x9e3779b97f4a7c15
+					s = s%1e12 + 1 // short enough to type
+					t.Logf("fresh seed %d: reproduce with: %s", s, reproduce(test, fam.name, s))
+					seeds = append(seeds, s)
+				}
+			}
+			for _, seed := range seeds {
+				t.Run(fmt.Sprint(seed), func(t *testing.T) {
+					t.Parallel()
+					runSchedule(t, test, fam, seed)
+				})
+			}
+		})
+	}
+}
+
+func reproduce(test, fam string, seed uint64) string {
+	return fmt.Sprintf("go test ./bft -run '%s/^%s$' -count=1 -v -bft.seed=%d", test, fam, seed)
+}
+
+// runSchedule runs one seeded schedule: a fault phase (network faults and
+// crashes as the family says, Byzantine nodes throughout) with closed-loop
+// clients, then the network heals (crashed replicas restart) and every
+// correct client must complete liveMore more requests, each within
+// liveBound ticks. The checker asserts safety throughout.
+func runSchedule(t *testing.T, test string, fam family, seed uint64) {
+	if fam.n == 0 {
+		fam.n = 4
+	}
+	if fam.clients == 0 {
+		fam.clients = 3
+	}
+	n, err := simnet.New(simnet.Options{N: fam.n, Clients: fam.clients, Seed: seed, Config: simCfg, Codec: *simCodec, RealAuth: fam.realAuth, ExtraClients: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf("%s\nreproduce: %s\n%s", fmt.Sprintf(format, args...), reproduce(test, fam.name, seed), n.Report())
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x5c4ed))
+	if fam.setup != nil {
+		fam.setup(n, rng)
+	}
+	correct := func() int {
+		for {
+			if i := rng.IntN(n.N); !n.Faulty[i] {
+				return i
+			}
+		}
+	}
+	c := fam.net
+	if c.loss {
+		n.DropRate = rng.Float64() * 0.2
+	}
+	if c.dup {
+		n.DupRate = rng.Float64() * 0.1
+	}
+	if c.delay {
+		n.MaxDelay = rng.IntN(4)
+	}
+	n.Reorder = c.reorder && rng.IntN(4) != 0
+	n.Note("faults: drop %.3f dup %.3f delay %d reorder %v", n.DropRate, n.DupRate, n.MaxDelay, n.Reorder)
+	ticks := 300 + rng.IntN(900)
+	cutFrom, cutTo, cut := -1, -1, -1
+	if c.partition {
+		cut = c.partitionVictim
+		if cut < 0 {
+			cut = correct()
+		}
+		cutFrom = rng.IntN(ticks / 2)
+		cutTo = cutFrom + 50 + rng.IntN(ticks/2)
+	}
+	crashAt, restartAt, victim := -1, -1, -1
+	if c.crash {
+		victim = correct()
+		crashAt = rng.IntN(ticks / 2)
+		restartAt = crashAt + 20 + rng.IntN(ticks) // maybe only at healing
+	}
+	for k := 0; k < ticks; k++ {
+		switch k {
+		case cutFrom:
+			v := bft.ToReplica(bft.ReplicaID(cut))
+			n.Block = func(from, to bft.Target) bool { return from == v || to == v }
+			n.Note("replica %d partitioned", cut)
+		case cutTo:
+			n.Block = nil
+			n.Note("partition healed")
+		}
+		switch k {
+		case crashAt:
+			n.Crashed[victim] = true
+			n.Note("replica %d crashed", victim)
+		case restartAt:
+			if err := n.Restart(victim); err != nil {
+				t.Fatal(err)
+			}
+		}
+		n.Load(1<<30, 1, op)
+		if err := n.Check.Err(); err != nil {
+			fail("safety during the fault phase: %v", err)
+		}
+	}
+	n.Heal()
+	if victim >= 0 && n.Crashed[victim] {
+		if err := n.Restart(victim); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lat, err := n.LoadLive(liveMore, liveBound, op)
+	if err != nil {
+		fail("%v", err)
+	}
+	if err := n.CheckAgreement(); err != nil {
+		fail("%v", err)
+	}
+	if n.Check.Accepted == 0 {
+		fail("no results accepted")
+	}
+	if *simCodec && n.CodecRoundTrips == 0 {
+		fail("the codec was not in the loop")
+	}
+	if fam.check != nil {
+		fam.check(t, n)
+	}
+	latency.Lock()
+	latency.max = max(latency.max, lat)
+	latency.Unlock()
+	var view, vcs uint64
+	for i, r := range n.Replicas {
+		if s := r.Status(); !n.Faulty[i] {
+			view, vcs = max(view, s.View), vcs+s.ViewChanges
+		}
+	}
+	t.Logf("seed %d: %d ticks, %d results, view %d, %d view changes, worst latency after healing %d ticks, errors %v", seed, n.Now, n.Check.Accepted, view, vcs, lat, n.Errors)
+}
+
+// TestSim: randomized schedules with crash faults and an unreliable
+// network only (no Byzantine node); see TestByzantine for those.
+func TestSim(t *testing.T) {
+	runFamilies(t, "TestSim", []family{
+		// Loss up to 20%, duplication, delay, reordering and a temporary
+		// partition of one replica.
+		{name: "NetworkFaults", seeds: seedRange(100, 8), net: allNet},
+		// The same plus one replica (possibly the primary) crashing and
+		// restarting empty, to recover by state transfer.
+		{name: "CrashRestart", seeds: seedRange(200, 8), net: with(allNet, func(c *chaos) { c.crash = true })},
+		// n=7: loss, partition and a crash at once.
+		{name: "N7CrashRestart", n: 7, seeds: seedRange(300, 6), net: with(allNet, func(c *chaos) { c.crash = true })},
+	})
+}
+
+// seedRange returns k fixed seeds from base.
+func seedRange(base uint64, k int) []uint64 {
+	s := make([]uint64, k)
+	for i := range s {
+		s[i] = base + uint64(i)
+	}
+	return s
+}
+
+func with(c chaos, f func(*chaos)) chaos { f(&c); return c }
