@@ -15,7 +15,7 @@
 # turn into a skip.
 #
 # Settings (environment), besides scripts/rdmavm.sh's RDMAVM_*:
-#   RDMA_TEST_PKGS="./a ./b"  the packages to test instead of pkgs below
+#   RDMA_TEST_PKGS="./a ./b=R" the packages to test instead of pkgs below
 #   RDMA_TEST_EXTRA='cmd'     a shell command to run in the same machine after
 #                             the tests, from the repository root; it counts
 #                             as one more result
@@ -25,7 +25,9 @@
 set -euo pipefail
 
 # pkgs are the packages whose tests talk RDMA when RUBIN_RDMA_ADDR is set.
-pkgs=(./transport/rdma . ./cmd/echo)
+# PATH=REGEX runs only that package's tests that match REGEX: its other
+# tests run on the host, and would only be slow under emulation.
+pkgs=(./transport/rdma . ./cmd/echo ./cmd/bft=RDMA)
 
 # testflags go to every test binary.
 testflags=(-test.v -test.count=1 -test.timeout=15m)
@@ -36,14 +38,16 @@ usage() {
 }
 
 # in_vm runs in the guest: it runs the test binaries listed in $1/plan (one
-# "import path, directory, binary" line per package, tab-separated), then
-# RDMA_TEST_EXTRA if set, prints a line per result and fails if any failed.
-# $2, if not empty, is the -run regular expression.
+# "import path, directory, binary, -run regex" line per package,
+# tab-separated), then RDMA_TEST_EXTRA if set, prints a line per result and
+# fails if any failed. $2, if not empty, is the -run regular expression,
+# which overrides the plan's.
 in_vm() {
-	local plan=$1/plan run=$2 pkg dir bin start rc status=0 results=()
-	local flags=("${testflags[@]}")
-	[[ -z $run ]] || flags+=("-test.run=$run")
-	while IFS=$'\t' read -r pkg dir bin; do
+	local plan=$1/plan run=$2 pkg dir bin pkgrun start rc status=0 results=() flags
+	while IFS=$'\t' read -r pkg dir bin pkgrun; do
+		flags=("${testflags[@]}")
+		pkgrun=${run:-$pkgrun}
+		[[ -z $pkgrun ]] || flags+=("-test.run=$pkgrun")
 		printf '\n==> %s (RDMA, in the VM)\n' "$pkg"
 		start=$SECONDS
 		rc=0
@@ -115,6 +119,11 @@ trap 'rm -rf "$work"' EXIT
 section "build the RDMA tests${race:+ with -race}"
 : >"$work/plan"
 for p in "${pkgs[@]}"; do
+	pkgrun=""
+	if [[ $p == *=* ]]; then
+		pkgrun=${p#*=}
+		p=${p%%=*}
+	fi
 	info=$(go list -f $'{{.ImportPath}}\t{{.Dir}}\t{{len .TestGoFiles}}\t{{len .XTestGoFiles}}' "$p") ||
 		die "cannot list the package $p"
 	while IFS=$'\t' read -r pkg dir ntest nxtest; do
@@ -126,7 +135,7 @@ for p in "${pkgs[@]}"; do
 		go test -c "${race[@]}" -o "$bin" "$pkg" || die "cannot build the tests of $pkg"
 		[[ -x $bin ]] || die "go test -c wrote no test binary for $pkg"
 		echo "built: $pkg"
-		printf '%s\t%s\t%s\n' "$pkg" "$dir" "$bin" >>"$work/plan"
+		printf '%s\t%s\t%s\t%s\n' "$pkg" "$dir" "$bin" "$pkgrun" >>"$work/plan"
 	done <<<"$info"
 done
 [[ -s $work/plan ]] || die "no RDMA tests to run in: ${pkgs[*]}"

@@ -11,12 +11,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/rubin-go/rubin/bft/auth"
 	"github.com/rubin-go/rubin/bft/kv"
 	"github.com/rubin-go/rubin/bft/node"
+	"github.com/rubin-go/rubin/internal/rdmatest"
 )
 
 // TestMain lets the test binary stand in for the bft command: with
@@ -109,26 +111,45 @@ func TestDemo(t *testing.T) {
 
 // replicaProc is a replica running as a separate process.
 type replicaProc struct {
-	cmd  *exec.Cmd
-	done chan error
+	cmd    *exec.Cmd
+	done   chan error
+	stderr *lockedBuffer
 }
 
-// startReplica starts replica id of the cluster file as a process of this
-// test binary and waits until it listens.
-func startReplica(t *testing.T, file string, id int) *replicaProc {
+// lockedBuffer is a bytes.Buffer that a process writes while a test reads.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startReplica starts replica id of the cluster file, over transport, as
+// a process of this test binary and waits until it listens.
+func startReplica(t *testing.T, file, transport string, id int) *replicaProc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "replica", "-id", fmt.Sprint(id), "-cluster", file)
+	cmd := exec.Command(os.Args[0], "replica", "-id", fmt.Sprint(id), "-cluster", file, "-transport", transport)
 	cmd.Env = append(os.Environ(), "RUBIN_BFT_EXEC=1")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	stderr := new(lockedBuffer)
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &replicaProc{cmd: cmd, done: make(chan error, 1)}
+	p := &replicaProc{cmd: cmd, done: make(chan error, 1), stderr: stderr}
 	listening := make(chan bool, 1)
 	go func() {
 		s := bufio.NewScanner(stdout)
@@ -154,7 +175,12 @@ func startReplica(t *testing.T, file string, id int) *replicaProc {
 		cmd.Process.Kill()
 		t.Fatalf("replica %d did not listen within 30s: %s", id, stderr.String())
 	}
-	t.Cleanup(func() { p.kill() })
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("replica %d's log:\n%s", id, stderr)
+		}
+	})
 	return p
 }
 
@@ -173,20 +199,30 @@ func (p *replicaProc) kill() {
 // cluster can only go on if the restarted one caught up and counts in the
 // quorum.
 func TestProcessCluster(t *testing.T) {
+	processCluster(t, "tcp", "127.0.0.1")
+}
+
+// TestProcessClusterRDMA is TestProcessCluster over RDMA. It needs an RDMA
+// device: scripts/rdma-test.sh runs it in a Soft-RoCE virtual machine.
+func TestProcessClusterRDMA(t *testing.T) {
+	processCluster(t, "rdma", rdmatest.Addr(t))
+}
+
+func processCluster(t *testing.T, transport, host string) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "cluster.json")
-	addrs := freeAddrs(t, 4)
+	addrs := freeAddrs(t, host, 4)
 	if code, _, stderr := runCmd(t, "keygen", "-addrs", strings.Join(addrs, ","), "-clients", "4", "-out", file); code != exitOK {
 		t.Fatalf("keygen: %s", stderr)
 	}
 	procs := make([]*replicaProc, 4)
 	for i := range procs {
-		procs[i] = startReplica(t, file, i)
+		procs[i] = startReplica(t, file, transport, i)
 	}
-	if code, stdout, stderr := runCmd(t, "put", "-cluster", file, "-client", "0", "k1", "v1"); code != exitOK || strings.TrimSpace(stdout) != "ok" {
+	if code, stdout, stderr := runCmd(t, "put", "-cluster", file, "-transport", transport, "-client", "0", "k1", "v1"); code != exitOK || strings.TrimSpace(stdout) != "ok" {
 		t.Fatalf("put: status %d, stdout %q, stderr:\n%s", code, stdout, stderr)
 	}
-	if code, stdout, stderr := runCmd(t, "get", "-cluster", file, "-client", "1", "k1"); code != exitOK || strings.TrimSpace(stdout) != "v1" {
+	if code, stdout, stderr := runCmd(t, "get", "-cluster", file, "-transport", transport, "-client", "1", "k1"); code != exitOK || strings.TrimSpace(stdout) != "v1" {
 		t.Fatalf("get: status %d, stdout %q, stderr:\n%s", code, stdout, stderr)
 	}
 
@@ -194,9 +230,9 @@ func TestProcessCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	client, err := node.NewClient(ctx, node.ClientConfig{Cluster: c, ID: c.Clients[2].ID})
+	client, err := node.NewClient(ctx, node.ClientConfig{Cluster: c, ID: c.Clients[2].ID, Network: transport})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,30 +248,38 @@ func TestProcessCluster(t *testing.T) {
 		}
 	}
 
+	start := time.Now()
+	phase := func(what string) { t.Logf("%6.1fs: %s", time.Since(start).Seconds(), what) }
 	procs[0].kill() // the primary of view 0
+	phase("killed replica 0")
 	for i := range 50 {
 		put(fmt.Sprintf("after-crash-%d", i), "x")
 	}
-	procs[0] = startReplica(t, file, 0) // empty: it has to catch up
+	phase("50 puts without replica 0")
+	procs[0] = startReplica(t, file, transport, 0) // empty: it has to catch up
+	phase("restarted replica 0")
 	// Enough requests for stable checkpoints beyond what it missed, so it
 	// can fetch the state.
 	for i := range 400 {
 		put(fmt.Sprintf("after-restart-%d", i), "y")
 	}
+	phase("400 puts")
 	procs[1].kill() // now 0, 2 and 3 must form the quorum
+	phase("killed replica 1")
 	put("last", "z")
-	if code, stdout, stderr := runCmd(t, "get", "-cluster", file, "-client", "3", "-timeout", "2m", "after-crash-7"); code != exitOK || strings.TrimSpace(stdout) != "x" {
+	phase("put with replicas 0, 2 and 3")
+	if code, stdout, stderr := runCmd(t, "get", "-cluster", file, "-transport", transport, "-client", "3", "-timeout", "2m", "after-crash-7"); code != exitOK || strings.TrimSpace(stdout) != "x" {
 		t.Fatalf("get after the second crash: status %d, stdout %q, stderr:\n%s", code, stdout, stderr)
 	}
 }
 
-// freeAddrs returns n loopback addresses whose ports were free a moment
+// freeAddrs returns n addresses of host whose ports were free a moment
 // ago: each replica's address must be in the cluster file before it starts.
-func freeAddrs(t *testing.T, n int) []string {
+func freeAddrs(t *testing.T, host string, n int) []string {
 	t.Helper()
 	var addrs []string
 	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 		if err != nil {
 			t.Fatal(err)
 		}
