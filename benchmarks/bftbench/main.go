@@ -71,6 +71,8 @@ type config struct {
 	generatedBy string
 	timeout     time.Duration
 	quick       bool
+	pin         bool
+	spin        time.Duration
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -89,7 +91,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.svg, "svg", "", "write the plot of throughput against clients to this file")
 	fs.StringVar(&cfg.generatedBy, "generated-by", "", "the command to name in the report as the one that made it")
 	fs.DurationVar(&cfg.timeout, "timeout", 3*time.Minute, "longest one bench run may take")
-	fs.BoolVar(&cfg.quick, "quick", false, "a small run for CI: -n 500, one round, the first size and client count only")
+	fs.BoolVar(&cfg.pin, "pin", true, "pin the replicas to CPU 1 and the clients to CPU 0 with taskset")
+	fs.DurationVar(&cfg.spin, "spin", 0, "busy-poll budget of every replica's and client's pollers (rubin.Config.SpinBudget)")
+	fs.BoolVar(&cfg.quick, "quick", false, "a small run for CI: at most 500 operations, one round, the first size and client count only")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -119,7 +123,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: -n and -rounds must be positive", errUsage)
 	}
 	if cfg.quick {
-		cfg.n, cfg.rounds = 500, 1
+		cfg.n, cfg.rounds = min(cfg.n, 500), 1
 		cfg.sizes, cfg.clients = cfg.sizes[:1], cfg.clients[:1]
 	}
 	dir, err := os.MkdirTemp("", "bftbench")
@@ -135,12 +139,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("go build ./cmd/bft: %w", err)
 		}
 	}
-	launcher, placement := benchkit.Pinned(ctx)
+	launcher, placement := &benchkit.Launcher{}, "unpinned (-pin=false)"
+	if cfg.pin {
+		launcher, placement = benchkit.Pinned(ctx)
+	}
+	placement += fmt.Sprintf("; pollers spin %v before sleeping", cfg.spin)
 	fmt.Fprintln(stdout, "placement:", placement)
 	res := newResults(cfg)
 	start := time.Now()
 	for _, t := range cfg.transports {
-		c, err := startCluster(ctx, launcher, cfg.bin, t, cfg.host, filepath.Join(dir, t), stderr)
+		c, err := startCluster(ctx, launcher, cfg, t, filepath.Join(dir, t))
 		if err != nil {
 			return fmt.Errorf("%s cluster: %w", t, err)
 		}
@@ -195,22 +203,23 @@ type cluster struct {
 
 // startCluster writes a cluster file for free ports of host into dir and
 // starts its four replicas.
-func startCluster(ctx context.Context, l *benchkit.Launcher, bin, transport, host, dir string, stderr io.Writer) (*cluster, error) {
+func startCluster(ctx context.Context, l *benchkit.Launcher, cfg config, transport, dir string) (*cluster, error) {
 	const n = 4
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	addrs, err := freeAddrs(host, n)
+	addrs, err := freeAddrs(cfg.host, n)
 	if err != nil {
 		return nil, err
 	}
 	c := &cluster{transport: transport, file: filepath.Join(dir, "cluster.json")}
-	keygen := exec.CommandContext(ctx, bin, "keygen", "-addrs", strings.Join(addrs, ","), "-clients", "256", "-out", c.file)
+	keygen := exec.CommandContext(ctx, cfg.bin, "keygen", "-addrs", strings.Join(addrs, ","), "-clients", "256", "-out", c.file)
 	if out, err := keygen.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("bft keygen: %w: %s", err, out)
 	}
 	for i := range n {
-		s, _, err := l.StartServer(ctx, "replica ", 30*time.Second, bin, "replica", "-id", strconv.Itoa(i), "-cluster", c.file, "-transport", transport)
+		s, _, err := l.StartServer(ctx, "replica ", 30*time.Second, cfg.bin, "replica", "-id", strconv.Itoa(i), "-cluster", c.file,
+			"-transport", transport, "-spin", cfg.spin.String())
 		if err != nil {
 			c.stop()
 			return nil, fmt.Errorf("replica %d: %w", i, err)
@@ -265,7 +274,7 @@ func (c *cluster) bench(ctx context.Context, l *benchkit.Launcher, cfg config, c
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
-	cmd := l.Command(ctx, benchkit.ClientCPU, cfg.bin, "bench", "-cluster", c.file, "-transport", c.transport,
+	cmd := l.Command(ctx, benchkit.ClientCPU, cfg.bin, "bench", "-cluster", c.file, "-transport", c.transport, "-spin", cfg.spin.String(),
 		"-clients", strconv.Itoa(clients), "-n", strconv.Itoa(cfg.n), "-size", strconv.Itoa(size))
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

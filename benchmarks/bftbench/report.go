@@ -148,7 +148,11 @@ func (r *results) writeMarkdown(w io.Writer) error {
 	fmt.Fprintf(w, "Four replicas (f = 1) of `bft replica` with the key-value store, and `bft bench` with closed-loop clients; medians of %d round%s of %d operations each.\n\n",
 		r.cfg.rounds, benchkit.Plural(r.cfg.rounds), r.cfg.n)
 	fmt.Fprintf(w, "- **machine:** %s, %d CPUs, %s, kernel %s\n", benchkit.Machine(), runtime.NumCPU(), benchkit.CPUModel(), benchkit.KernelRelease())
-	fmt.Fprintf(w, "- **placement:** %s; all four replicas share the server CPU\n", r.placement)
+	shared := ""
+	if r.cfg.pin {
+		shared = "; all four replicas share the server CPU"
+	}
+	fmt.Fprintf(w, "- **placement:** %s%s\n", r.placement, shared)
 	fmt.Fprintf(w, "- **duration:** %s\n\n", r.duration.Round(time.Second))
 	r.table().WriteMarkdown(w)
 	fmt.Fprintln(w)
