@@ -37,7 +37,8 @@ type Config struct {
 	BatchTicks int
 	// RequestTicks: a backup waiting this long for a request it holds to
 	// execute (with no execution progress meanwhile) starts a view change.
-	// Default 50.
+	// Like ViewChangeTicks, it doubles with every view change that brings
+	// no execution, until a request executes. Default 50.
 	RequestTicks int
 	// ViewChangeTicks: a view change that has a quorum of view changes but
 	// no new view after this many ticks moves on to the next view; the

@@ -240,7 +240,11 @@ func (r *Replica) onNewView(nv *NewView) error {
 func (r *Replica) enterView(nv *NewView, minS uint64, minCert []Checkpoint) {
 	r.view = nv.View
 	r.viewChanging = false
-	r.reqTimer, r.vcTimer, r.batchTimer, r.vcBackoff = 0, 0, 0, 0
+	// vcBackoff stays: as in PBFT, the doubled timeout holds until a
+	// request executes in the new view, so a view that is entered but
+	// makes no progress (peers still verifying a large new view on slow
+	// machines) waits longer before the next view change.
+	r.reqTimer, r.vcTimer, r.batchTimer = 0, 0, 0
 	r.lastNewView = nv
 	r.viewMinS = minS
 	r.stats.NewViews++
