@@ -30,7 +30,13 @@ type Config struct {
 	MaxBatchBytes int
 	// MaxInFlight: while fewer batches than this are proposed and not yet
 	// executed, the primary proposes a request at once; beyond it, it holds
-	// requests back to fill a batch. Default 4.
+	// requests back to fill a batch. Default 1: what arrives while a batch
+	// is in flight goes out as one batch when it executes, and a lone
+	// client waits for no timer. node.BenchmarkMaxInFlight (4 replicas
+	// and 64 clients on 2 CPUs, 0 B ops) gave ~37k ops/s at 1 (average
+	// batch 28), ~31k at 2 (17) and ~25k at 4 (10), with the same
+	// 1-client p50 (~0.55 ms): fewer, larger batches cost fewer
+	// signatures per request.
 	MaxInFlight int
 	// BatchTicks bounds how long a held-back, non-empty batch waits.
 	// Default 1.
@@ -89,7 +95,7 @@ func (c *Config) fill() error {
 	}
 	def(&c.MaxBatch, 512)
 	def(&c.MaxBatchBytes, 1<<20)
-	def(&c.MaxInFlight, 4)
+	def(&c.MaxInFlight, 1)
 	def(&c.BatchTicks, 1)
 	def(&c.RequestTicks, 50)
 	def(&c.ViewChangeTicks, 50)
