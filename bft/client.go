@@ -2,9 +2,10 @@ package bft
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 
 	"github.com/rubin-go/rubin/bft/internal/quorum"
 )
@@ -39,6 +40,9 @@ type Client struct {
 	sends   []Envelope
 	done    []Result
 }
+
+// errLateReply is Step's error for a reply to no outstanding request.
+var errLateReply = fmt.Errorf("%w: reply for a request not outstanding", ErrStale)
 
 // Result is a request's accepted result.
 type Result struct {
@@ -99,10 +103,13 @@ func (c *Client) Step(from ReplicaID, rep *Reply) error {
 		return fmt.Errorf("%w: reply for client %d", ErrInvalid, rep.Client)
 	}
 	if c.out == nil || rep.Timestamp != c.out.Timestamp {
-		return fmt.Errorf("%w: reply for timestamp %d", ErrStale, rep.Timestamp)
+		// Every request's replies after the f+1st end here: not
+		// formatted, it is the common case.
+		return errLateReply
 	}
 	c.replies[from] = rep
-	var views []uint64
+	var buf [16]uint64
+	views := buf[:0]
 	for _, o := range c.replies {
 		if bytes.Equal(o.Result, rep.Result) {
 			views = append(views, o.View)
@@ -113,7 +120,7 @@ func (c *Client) Step(from ReplicaID, rep *Reply) error {
 	}
 	// Of f+1 matching replies at least one is correct: its view, or a
 	// higher one, is current. The (f+1)-th highest view is safe to use.
-	sort.Slice(views, func(i, j int) bool { return views[i] > views[j] })
+	slices.SortFunc(views, func(a, b uint64) int { return cmp.Compare(b, a) })
 	if v := views[c.f]; v > c.view {
 		c.view = v
 	}

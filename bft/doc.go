@@ -36,16 +36,22 @@
 // # Trust
 //
 // The driver's sender identity is trusted: it comes from the link's MAC.
-// A message whose Replica field differs from it is forged (ErrForged); the
-// exception is NewView, which any replica may forward because its
-// primary's signature and the signatures inside prove it. Signatures
-// (Authenticator.Sign and Verify) are checked on everything forwardable:
-// pre-prepares, prepares, checkpoints, view changes, new views and every
-// certificate inside them. Commits and fetch requests rely on the link.
-// Requests are checked with Authenticator.VerifyRequest when they arrive
-// and inside every pre-prepare (a pre-prepare holding a request whose
-// authenticator fails for this replica is rejected), except the
-// pre-prepares of a new view, whose batches are covered by the prepared
+// A replica message whose Replica field differs from it is forged
+// (ErrForged); the exception is NewView, which any replica may forward
+// because its primary's signature and the signatures inside prove it.
+// Signatures (Authenticator.Sign and Verify) are checked on everything
+// forwardable: pre-prepares, prepares, checkpoints, view changes, new
+// views and every certificate inside them, before they are used (a
+// prepare that arrives after its slot prepared is not used, so not
+// verified: it is only noted as received). Commits and fetch requests
+// rely on the link. A client link may carry the requests of several
+// clients, e.g. a proxy or a multiplexing client process; each request's
+// authenticator proves its client (a request of a client other than the
+// link's is verified before anything else is done with it, even resending
+// a reply). Requests are checked with Authenticator.VerifyRequest when
+// they arrive and inside every pre-prepare (a pre-prepare holding a
+// request whose authenticator fails for this replica is rejected), except
+// the pre-prepares of a new view, whose batches are covered by the prepared
 // certificates (2f+1 replicas accepted them). Batches are checked against
 // BatchDigest and state against the certified checkpoint digest
 // (application snapshot plus reply cache).

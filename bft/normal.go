@@ -126,6 +126,14 @@ func (r *Replica) onPrepare(src ReplicaID, p *Prepare) error {
 		r.answerLaggard(src, e)
 		return fmt.Errorf("%w: prepare of replica %d for seq %d", ErrDuplicate, src, p.Seq)
 	}
+	if e.prepared {
+		// The slot's prepared certificate is fixed: this prepare would
+		// not be used, so its signature is not worth checking. Only the
+		// sender is remembered (nil), so a retransmission of it is
+		// recognized as one.
+		e.prepares[src] = nil
+		return nil
+	}
 	if !r.cfg.Auth.Verify(src, p, p.Sig) {
 		return fmt.Errorf("%w: prepare signature of replica %d", ErrForged, src)
 	}
@@ -143,7 +151,7 @@ func (r *Replica) checkPrepared(e *entry) {
 	prim := r.primary(e.view)
 	var match []Prepare
 	for id, p := range e.prepares {
-		if id != prim && p.Digest == e.pp.Digest {
+		if p != nil && id != prim && p.Digest == e.pp.Digest {
 			match = append(match, *p)
 		}
 	}

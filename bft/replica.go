@@ -97,7 +97,9 @@ type entry struct {
 	seq  uint64
 	view uint64 // the view the votes below are for
 	pp   *PrePrepare
-	// One vote per replica per view: the first one counts.
+	// One vote per replica per view: the first one counts. A prepare
+	// that arrives once the slot prepared is not used (nor verified):
+	// its sender maps to nil.
 	prepares   map[ReplicaID]*Prepare
 	commits    map[ReplicaID]Digest
 	prepared   bool
@@ -192,7 +194,10 @@ func (r *Replica) primary(v uint64) ReplicaID { return ReplicaID(v % uint64(r.n)
 func (r *Replica) isPrimary() bool            { return r.primary(r.view) == r.id }
 
 // Step processes one message that arrived from from, the sender the
-// driver's authenticated link names. A nil error means the message was
+// driver's authenticated link names. From a client link Step takes only
+// requests, of any client: the link may carry the requests of several
+// clients (a proxy, or a multiplexing client process), and each request's
+// authenticator proves its client. A nil error means the message was
 // used (or buffered for a view this replica is about to enter); an error
 // wraps one of the Err values and means it was dropped. Step never panics
 // and never blocks. The replica keeps references to m: the caller must not
@@ -206,10 +211,15 @@ func (r *Replica) Step(from Target, m Message) error {
 		if !ok || req == nil {
 			return fmt.Errorf("%w: %T from client %d", ErrInvalid, m, from.ID)
 		}
-		if uint64(req.Client) != from.ID {
-			return fmt.Errorf("%w: request of client %d sent by client %d", ErrForged, req.Client, from.ID)
-		}
-		return r.onRequest(req, true)
+		// A client link may carry the requests of several clients (a
+		// proxy, or a process multiplexing many client identities over
+		// one link per replica): each request's authenticator proves its
+		// client. A request of the link's own client is vouched for by
+		// the link's MAC as well, as before; any other is checked with
+		// Auth.VerifyRequest before anything else, so a request it did
+		// not sign cannot even make this replica resend a reply or
+		// forward a pending request.
+		return r.onRequest(req, true, uint64(req.Client) != from.ID)
 	}
 	if from.ID >= uint64(r.n) {
 		return fmt.Errorf("%w: sender %d is not a replica", ErrInvalid, from.ID)
@@ -223,7 +233,7 @@ func (r *Replica) Step(from Target, m Message) error {
 		if m == nil {
 			break
 		}
-		return r.onRequest(m, false)
+		return r.onRequest(m, false, false)
 	case *PrePrepare:
 		if m == nil {
 			break
@@ -303,7 +313,7 @@ func (r *Replica) Tick() {
 		r.tickResend()
 	}
 	if !r.viewChanging && r.isPrimary() {
-		if r.pending.unproposed(r) > 0 {
+		if r.pending.hasUnproposed(r) {
 			r.batchTimer++
 			if r.batchTimer >= r.cfg.BatchTicks {
 				r.propose(true)

@@ -8,17 +8,25 @@ import "fmt"
 type pendingQueue struct {
 	byKey map[reqKey]*Request
 	order []reqKey // arrival order; may name removed keys
+	bytes int      // sum of the held requests' op sizes
 }
 
 func (p *pendingQueue) init() { p.byKey = make(map[reqKey]*Request) }
 
 func (p *pendingQueue) add(k reqKey, req *Request) {
+	if old, ok := p.byKey[k]; ok {
+		p.bytes -= len(old.Op)
+	}
 	p.byKey[k] = req
+	p.bytes += len(req.Op)
 	p.order = append(p.order, k)
 }
 
 func (p *pendingQueue) remove(k reqKey) {
-	delete(p.byKey, k)
+	if old, ok := p.byKey[k]; ok {
+		p.bytes -= len(old.Op)
+		delete(p.byKey, k)
+	}
 	if len(p.byKey) == 0 {
 		p.order = p.order[:0]
 	}
@@ -41,22 +49,32 @@ func (p *pendingQueue) compact() {
 	p.order = p.order[:k]
 }
 
-// unproposed counts held requests the current view's log does not hold.
-func (p *pendingQueue) unproposed(r *Replica) int {
-	c := 0
-	for k := range p.byKey {
+// hasUnproposed reports whether a held request is not in the current
+// view's log. The primary proposes oldest first, so it looks from the
+// newest end of the arrival order and usually stops at the first key.
+func (p *pendingQueue) hasUnproposed(r *Replica) bool {
+	for i := len(p.order) - 1; i >= 0; i-- {
+		k := p.order[i]
+		if _, ok := p.byKey[k]; !ok {
+			continue
+		}
 		if _, ok := r.proposed[k]; !ok {
-			c++
+			return true
 		}
 	}
-	return c
+	return false
 }
 
-// onRequest handles a client request, sent by the client itself or
-// forwarded by a replica.
-func (r *Replica) onRequest(req *Request, fromClient bool) error {
+// onRequest handles a client request, sent by a client link or forwarded
+// by a replica. authFirst checks the request's authenticator before
+// anything else (the link does not vouch for its client); otherwise it is
+// checked only for a request this replica does not already hold.
+func (r *Replica) onRequest(req *Request, fromClient, authFirst bool) error {
 	if len(req.Op) > r.cfg.MaxOpSize {
 		return fmt.Errorf("%w: op of %d bytes exceeds %d", ErrInvalid, len(req.Op), r.cfg.MaxOpSize)
+	}
+	if authFirst && !r.cfg.Auth.VerifyRequest(req) {
+		return fmt.Errorf("%w: request %d of client %d: bad authenticator", ErrForged, req.Timestamp, req.Client)
 	}
 	if last := r.replies[req.Client]; last != nil && req.Timestamp <= last.Timestamp {
 		if req.Timestamp == last.Timestamp {
@@ -82,7 +100,7 @@ func (r *Replica) onRequest(req *Request, fromClient bool) error {
 		}
 		return fmt.Errorf("%w: request %d of client %d already held", ErrDuplicate, req.Timestamp, req.Client)
 	}
-	if !r.cfg.Auth.VerifyRequest(req) {
+	if !authFirst && !r.cfg.Auth.VerifyRequest(req) {
 		return fmt.Errorf("%w: request %d of client %d: bad authenticator", ErrForged, req.Timestamp, req.Client)
 	}
 	if len(r.pending.byKey) >= r.cfg.MaxPending {
@@ -122,6 +140,12 @@ func (r *Replica) propose(force bool) {
 		seq := r.nextSeq + 1
 		if seq <= r.low || seq-r.low > r.cfg.WatermarkWindow || seq <= r.viewMinS {
 			return // window full: wait for a stable checkpoint
+		}
+		if !force && r.nextSeq-r.lastExec >= uint64(r.cfg.MaxInFlight) &&
+			len(r.pending.byKey) < r.cfg.MaxBatch && r.pending.bytes <= r.cfg.MaxBatchBytes {
+			// Held back, and all that is held cannot fill a batch: do
+			// not scan it (this runs for every request that arrives).
+			return
 		}
 		batch, full := r.collectBatch()
 		if len(batch) == 0 {

@@ -28,11 +28,16 @@ func TestForgedSenderRejected(t *testing.T) {
 	if err := r.Step(bft.ToReplica(0), pp); !errors.Is(err, bft.ErrForged) {
 		t.Fatalf("pre-prepare signed by the wrong key: %v", err)
 	}
-	// A request the client did not send.
+	// A request of client 1, relayed by client 2's link, with an
+	// authenticator client 1 did not make. (A client link may carry other
+	// clients' requests: only the authenticator proves the client.)
 	req := &bft.Request{Client: 1, Timestamp: 1, Op: []byte("x")}
 	n.Keys.SignRequest(req)
-	if err := r.Step(bft.ToClient(2), req); !errors.Is(err, bft.ErrForged) {
-		t.Fatalf("request of client 1 from client 2: %v", err)
+	bad := *req
+	bad.Auth = append([]byte(nil), req.Auth...)
+	bad.Auth[32*1] ^= 1
+	if err := r.Step(bft.ToClient(2), &bad); !errors.Is(err, bft.ErrForged) {
+		t.Fatalf("request of client 1 with a bad authenticator from client 2: %v", err)
 	}
 	// A pre-prepare holding a request whose authenticator is bad for
 	// this replica.
@@ -49,8 +54,18 @@ func TestForgedSenderRejected(t *testing.T) {
 	if err := r.Step(bft.ToReplica(0), pp); !errors.Is(err, bft.ErrForged) {
 		t.Fatalf("pre-prepare with a wrong digest: %v", err)
 	}
-	if s := r.Status(); s.LogEntries != 0 && s.LastExecuted != 0 {
+	if s := r.Status(); s.LogEntries != 0 && s.LastExecuted != 0 || s.Pending != 0 {
 		t.Fatalf("forged messages changed state: %+v", s)
+	}
+	// The same request with client 1's own authenticator, relayed by
+	// client 2's link, is accepted.
+	req.Auth[32*1] ^= 1
+	req.Op = []byte("x")
+	if err := r.Step(bft.ToClient(2), req); err != nil {
+		t.Fatalf("request of client 1 relayed by client 2: %v", err)
+	}
+	if s := r.Status(); s.Pending != 1 {
+		t.Fatalf("relayed request not held: %+v", s)
 	}
 }
 
