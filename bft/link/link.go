@@ -393,6 +393,23 @@ func (l *Link) RecvAppend(dst []byte) ([]byte, error) {
 	return out, nil
 }
 
+// FrameBuffered reports whether a whole frame has been received and
+// buffered, so that the next Recv returns without reading the connection.
+// A reader uses it to hand on a burst of frames together.
+func (l *Link) FrameBuffered() bool {
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
+	if l.rerr != nil || l.r.Buffered() < HeaderSize {
+		return false
+	}
+	hdr, err := l.r.Peek(HeaderSize)
+	if err != nil {
+		return false
+	}
+	n := uint64(binary.BigEndian.Uint32(hdr))
+	return uint64(l.r.Buffered()) >= HeaderSize+n+TagSize
+}
+
 // readChunk is how far a payload's buffer grows past what has arrived.
 const readChunk = 64 << 10
 

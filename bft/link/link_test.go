@@ -891,3 +891,41 @@ func BenchmarkSend(b *testing.B) {
 		}
 	}
 }
+
+// FrameBuffered tells whether Recv can return a frame without reading:
+// true while frames written together remain, false once nothing is
+// buffered.
+func TestFrameBuffered(t *testing.T) {
+	a, b := net.Pipe()
+	k1, k2 := testKey(1), testKey(2)
+	w := newLink(a, replica0, replica2, k1, k2, Options{})
+	r := newLink(b, replica2, replica0, k2, k1, Options{})
+	defer w.Close()
+	defer r.Close()
+	if r.FrameBuffered() {
+		t.Fatal("FrameBuffered before anything arrived")
+	}
+	const n = 5
+	errc := make(chan error, 1)
+	go func() {
+		for i := range n {
+			if err := w.Queue(fmt.Appendf(nil, "frame %d", i)); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- w.Flush() // one Write: the pipe hands it over whole
+	}()
+	for i := range n {
+		got, err := r.Recv()
+		if err != nil || string(got) != fmt.Sprintf("frame %d", i) {
+			t.Fatalf("frame %d: %q, %v", i, got, err)
+		}
+		if want := i < n-1; r.FrameBuffered() != want {
+			t.Fatalf("after frame %d: FrameBuffered = %v, want %v", i, !want, want)
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
