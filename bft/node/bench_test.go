@@ -9,30 +9,73 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/rubin-go/rubin/bft"
 	"github.com/rubin-go/rubin/bft/kv"
 )
 
 // BenchmarkCluster runs 4 replicas in-process over TCP on loopback with C
-// closed-loop clients, each with one request outstanding, and reports
-// throughput (ops/s) and latency percentiles. Ops are empty (a kv no-op)
-// or a kv Put of a 1 KiB value.
+// closed-loop clients (C client identities), each with one request
+// outstanding, and reports throughput (ops/s) and latency percentiles.
+// Ops are empty (a kv no-op) or a kv Put of a 1 KiB value. With
+// link=shared the C identities are multiplexed by one Client (one link
+// per replica); with link=own each has a Client and links of its own.
 func BenchmarkCluster(b *testing.B) {
 	for _, size := range []int{0, 1024} {
 		for _, clients := range []int{1, 16, 64} {
-			b.Run(fmt.Sprintf("op=%dB/clients=%d", size, clients), func(b *testing.B) {
-				benchCluster(b, size, clients)
-			})
+			for _, shared := range []bool{true, false} {
+				if clients == 1 && !shared {
+					continue // the same thing
+				}
+				name := fmt.Sprintf("op=%dB/clients=%d/link=shared", size, clients)
+				if !shared {
+					name = fmt.Sprintf("op=%dB/clients=%d/link=own", size, clients)
+				}
+				b.Run(name, func(b *testing.B) {
+					benchCluster(b, size, clients, shared, bft.Config{})
+				})
+			}
 		}
 	}
 }
 
-func benchCluster(b *testing.B, size, nclients int) {
+// BenchmarkMaxInFlight compares bft.Config.MaxInFlight settings with
+// multiplexed clients.
+func BenchmarkMaxInFlight(b *testing.B) {
+	for _, inflight := range []int{1, 2, 4} {
+		for _, size := range []int{0, 1024} {
+			for _, clients := range []int{1, 64} {
+				b.Run(fmt.Sprintf("inflight=%d/op=%dB/clients=%d", inflight, size, clients), func(b *testing.B) {
+					benchCluster(b, size, clients, true, bft.Config{MaxInFlight: inflight})
+				})
+			}
+		}
+	}
+}
+
+func benchCluster(b *testing.B, size, nclients int, shared bool, core bft.Config) {
 	warm(b)
-	tc := newTestCluster(b, 4, nclients, bft.Config{}, DefaultTick)
+	tc := newTestCluster(b, 4, nclients, core, DefaultTick)
 	cs := make([]*Client, nclients)
-	for i := range cs {
-		cs[i] = tc.client(context.Background(), i)
+	if shared {
+		ids := make([]bft.ClientID, nclients)
+		for i := range ids {
+			ids[i] = bft.ClientID(i)
+		}
+		c, err := NewClient(context.Background(), ClientConfig{Cluster: tc.cl, IDs: ids, Network: "tcp",
+			RedialMin: 5 * time.Millisecond, RedialMax: 100 * time.Millisecond})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { c.Close() })
+		for i := range cs {
+			cs[i] = c
+		}
+	} else {
+		for i := range cs {
+			cs[i] = tc.client(context.Background(), i)
+		}
 	}
 	ops := make([][]byte, nclients)
 	for i := range ops {
@@ -90,6 +133,9 @@ func benchCluster(b *testing.B, size, nclients int) {
 		maxBatch = max(maxBatch, r.m.maxBatch.Load())
 	}
 	b.ReportMetric(float64(maxBatch), "max-batch")
+	if nb := testutil.ToFloat64(tc.reps[0].m.committedBatches); nb > 0 {
+		b.ReportMetric(testutil.ToFloat64(tc.reps[0].m.committedRequests)/nb, "avg-batch")
+	}
 	for _, c := range cs {
 		c.Close()
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,6 +25,14 @@ var ErrClosed = errors.New("node: client closed")
 type ClientConfig struct {
 	Cluster *auth.Cluster
 	ID      bft.ClientID
+	// IDs are the client identities the Client multiplexes over its links
+	// (default: just ID, which is otherwise not used). Each identity has
+	// its own client core with one request outstanding, so a Client runs
+	// up to len(IDs) Invokes at once. The links authenticate as IDs[0];
+	// every request carries the authenticator of its own identity, which
+	// is what the replicas check. Two Clients running at once must not
+	// share an identity.
+	IDs []bft.ClientID
 	// Network is the transport, "tcp" (default) or "rdma"; Transport, if
 	// set, overrides it.
 	Network   string
@@ -47,16 +56,24 @@ type ClientConfig struct {
 	Link link.Options
 }
 
-// Client is a PBFT client: it keeps a link to every replica (redialing
-// with backoff) and runs the client core (bft.Client) on one goroutine.
-// It has one request outstanding at a time: concurrent Invoke calls are
-// served one after the other, in no particular order. Use several Clients
-// (with distinct IDs) for concurrency.
+// Client is a PBFT client: it keeps one link to every replica (redialing
+// with backoff) and runs one client core (bft.Client) per identity of
+// ClientConfig.IDs, all on one goroutine. Invoke is safe for concurrent
+// use: each call takes a free identity, so up to len(IDs) requests are
+// outstanding at once (PBFT allows one per client identity); further
+// calls wait for an identity. Replies are routed to the core of the
+// identity they answer. The goroutine takes every reply and call that is
+// waiting before it sends, so the requests of many identities to one
+// replica go out in one write.
+//
+// A replica sends an identity's replies on the link its requests last
+// arrived on (or on the link of that client's own identity). So that
+// every replica knows the route before it has a reply to send, an
+// identity's first request after a link to a replica came up goes to that
+// replica too, not only to the primary.
 type Client struct {
 	cfg    ClientConfig
 	n      int
-	core   *bft.Client
-	ccfg   bft.ClientConfig
 	log    *slog.Logger
 	m      *clientMetrics
 	ep     *endpoint
@@ -64,16 +81,43 @@ type Client struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the core's goroutine exited
 
-	sem     chan struct{} // one Invoke at a time
+	sem     chan struct{} // one token per identity: Invokes in progress
 	calls   chan *call
+	abandon chan *call // calls whose ctx ended
 	inbound chan reply
 	once    sync.Once
+
+	// Owned by the core's goroutine.
+	slots []*slot
+	byID  map[bft.ClientID]*slot
+	free  []*slot // identities without a call
+	dirty []*slot // cores that may have a Ready
+	busy  int     // slots with a call
+	links []*conn // per replica, as of the last send
+	out   [][][]byte
+	arena []byte
+}
+
+// slot is one client identity and its core.
+type slot struct {
+	ccfg   bft.ClientConfig
+	core   *bft.Client
+	cur    *call
+	curTS  uint64
+	lastTS uint64
+	dirty  bool
+	retx   bool // ticked: messages in the next Ready are retransmissions
+	// seen[i] is the link to replica i this identity last sent a request
+	// on: a replica that has not seen the identity on its current link
+	// gets its next request too (see Client).
+	seen []*conn
 }
 
 type call struct {
 	op    []byte
 	ctx   context.Context
 	start time.Time
+	slot  *slot
 	done  chan callResult // capacity 1, answered exactly once
 }
 
@@ -82,9 +126,12 @@ type callResult struct {
 	err error
 }
 
+// reply is what a link's reader hands to the core's goroutine: one reply
+// rep, or a burst reps.
 type reply struct {
 	from bft.ReplicaID
 	rep  *bft.Reply
+	reps []*bft.Reply
 }
 
 // NewClient starts a client: it connects to every replica in the
@@ -94,10 +141,11 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if cfg.Cluster == nil {
 		return nil, errors.New("node: client config: Cluster is required")
 	}
-	a, err := auth.NewClientAuth(cfg.Cluster, cfg.ID)
-	if err != nil {
-		return nil, fmt.Errorf("node: client %d: %w", cfg.ID, err)
+	if len(cfg.IDs) == 0 {
+		cfg.IDs = []bft.ClientID{cfg.ID}
 	}
+	cfg.IDs = slices.Clone(cfg.IDs)
+	cfg.ID = cfg.IDs[0]
 	n := cfg.Cluster.N()
 	if cfg.Tick <= 0 {
 		cfg.Tick = DefaultTick
@@ -114,10 +162,23 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if cfg.Link.WriteTimeout <= 0 {
 		cfg.Link.WriteTimeout = DefaultWriteTimeout
 	}
-	ccfg := bft.ClientConfig{ID: cfg.ID, N: n, RetransmitTicks: cfg.RetransmitTicks, Sign: a.Sign, StartTimestamp: cfg.StartTimestamp}
-	core, err := bft.NewClient(ccfg)
-	if err != nil {
-		return nil, fmt.Errorf("node: client %d: %w", cfg.ID, err)
+	slots := make([]*slot, len(cfg.IDs))
+	byID := make(map[bft.ClientID]*slot, len(cfg.IDs))
+	for i, id := range cfg.IDs {
+		if byID[id] != nil {
+			return nil, fmt.Errorf("node: client %d: identity %d given twice", cfg.ID, id)
+		}
+		a, err := auth.NewClientAuth(cfg.Cluster, id)
+		if err != nil {
+			return nil, fmt.Errorf("node: client %d: %w", id, err)
+		}
+		ccfg := bft.ClientConfig{ID: id, N: n, RetransmitTicks: cfg.RetransmitTicks, Sign: a.Sign, StartTimestamp: cfg.StartTimestamp}
+		core, err := bft.NewClient(ccfg)
+		if err != nil {
+			return nil, fmt.Errorf("node: client %d: %w", id, err)
+		}
+		slots[i] = &slot{ccfg: ccfg, core: core, lastTS: cfg.StartTimestamp, seen: make([]*conn, n)}
+		byID[id] = slots[i]
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -132,17 +193,25 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if cfg.Transport != nil {
 		tr = *cfg.Transport
 	}
+	free := make([]*slot, len(slots))
+	for i := range slots {
+		free[i] = slots[len(slots)-1-i] // IDs[0] first
+	}
 	c := &Client{
 		cfg:     cfg,
 		n:       n,
-		core:    core,
-		ccfg:    ccfg,
 		log:     log,
 		m:       m,
 		done:    make(chan struct{}),
-		sem:     make(chan struct{}, 1),
+		sem:     make(chan struct{}, len(slots)),
 		calls:   make(chan *call),
-		inbound: make(chan reply, 4*n),
+		abandon: make(chan *call),
+		inbound: make(chan reply, min(4*n*len(slots), 1<<14)),
+		slots:   slots,
+		byID:    byID,
+		free:    free,
+		links:   make([]*conn, n),
+		out:     make([][][]byte, n),
 	}
 	c.ctx, c.cancel = context.WithCancel(ctx)
 	c.ep = &endpoint{
@@ -150,7 +219,7 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		log:     log,
 		limits:  wire.Limits{MaxReplicas: n},
 		opts:    cfg.Link,
-		queue:   64,
+		queue:   max(64, 4*len(slots)), // each identity has one request at a time
 		redial:  backoff{min: cfg.RedialMin, max: cfg.RedialMax},
 		dropped: m.dropped,
 		conns:   make(map[link.Peer]*conn),
@@ -175,28 +244,51 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	return c, nil
 }
 
-func (c *Client) deliver(from link.Peer, m bft.Message, done <-chan struct{}) bool {
-	rep, ok := m.(*bft.Reply)
-	if !ok || from.Client {
+func (c *Client) deliver(cn *conn, m bft.Message, ms []bft.Message) bool {
+	if cn.peer.Client {
 		c.m.dropped.inc(reasonUnexpected)
-		c.log.Debug("unexpected message", "from", from, "type", typeNames[typeIndex(m.Type())])
 		return true
 	}
+	in := reply{from: bft.ReplicaID(cn.peer.ID)}
+	if ms == nil {
+		rep, ok := m.(*bft.Reply)
+		if !ok {
+			c.unexpected(cn, m)
+			return true
+		}
+		in.rep = rep
+	} else {
+		in.reps = make([]*bft.Reply, 0, len(ms))
+		for _, m := range ms {
+			if rep, ok := m.(*bft.Reply); ok {
+				in.reps = append(in.reps, rep)
+			} else {
+				c.unexpected(cn, m)
+			}
+		}
+	}
 	select {
-	case c.inbound <- reply{from: bft.ReplicaID(from.ID), rep: rep}:
+	case c.inbound <- in:
 		return true
-	case <-done:
+	case <-cn.done:
 		return false
 	}
 }
 
+func (c *Client) unexpected(cn *conn, m bft.Message) {
+	c.m.dropped.inc(reasonUnexpected)
+	c.log.Debug("unexpected message", "from", cn.peer, "type", typeNames[typeIndex(m.Type())])
+}
+
 // Invoke runs op through the replicated state machine and returns its
-// result, once f+1 replicas sent the same one. One request is outstanding
-// per Client: a concurrent Invoke waits for the one before it. If ctx ends
-// first, Invoke returns ctx's error; the request may still execute, but
-// the client no longer waits for it (its later replies are ignored).
-// Retransmission, to every replica after Config.RetransmitTicks, is the
-// client core's job.
+// result, once f+1 replicas sent the same one. It is safe for concurrent
+// use: up to len(ClientConfig.IDs) calls are outstanding at once, each
+// under an identity of its own; more wait for a free identity. If ctx
+// ends first, Invoke returns ctx's error; the request may still execute,
+// but the client no longer waits for it (its identity gets a fresh core
+// whose timestamps are above the abandoned request's, so the request's
+// later replies are ignored). Retransmission, to every replica after
+// Config.RetransmitTicks, is the client core's job.
 func (c *Client) Invoke(ctx context.Context, op []byte) ([]byte, error) {
 	select {
 	case c.sem <- struct{}{}:
@@ -214,13 +306,23 @@ func (c *Client) Invoke(ctx context.Context, op []byte) ([]byte, error) {
 	case <-c.ctx.Done():
 		return nil, ErrClosed
 	}
-	r := <-cl.done
+	var r callResult
+	select {
+	case r = <-cl.done:
+	case <-ctx.Done():
+		// Tell the core's goroutine, unless it answers first (with the
+		// result, or ErrClosed when it exits).
+		select {
+		case c.abandon <- cl:
+			r = <-cl.done
+		case r = <-cl.done:
+		}
+	}
 	return r.res, r.err
 }
 
 // Close stops the client: it closes every link and returns after all the
-// client's goroutines have exited. An Invoke in progress returns
-// ErrClosed.
+// client's goroutines have exited. Invokes in progress return ErrClosed.
 func (c *Client) Close() error {
 	c.once.Do(func() {
 		c.cancel()
@@ -231,94 +333,213 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// loop is the client core's goroutine.
+// maxClientDrain bounds the events the core's goroutine takes before it
+// sends.
+const maxClientDrain = 1024
+
+// loop is the client cores' goroutine. It takes one event, then every
+// event already waiting (up to maxClientDrain), and only then collects
+// the cores' output and sends it, so that one burst of replies and calls
+// turns into one queueing per link.
 func (c *Client) loop() {
 	defer close(c.done)
 	t := time.NewTicker(c.cfg.Tick)
 	defer t.Stop()
-	var (
-		cur    *call
-		curTS  uint64
-		lastTS = c.cfg.StartTimestamp
-	)
-	finish := func(res []byte, err error) {
-		cur.done <- callResult{res: res, err: err}
-		cur = nil
-	}
 	for {
-		var curDone <-chan struct{}
-		if cur != nil {
-			curDone = cur.ctx.Done()
-		}
-		retransmit := false
 		select {
 		case <-c.ctx.Done():
-			if cur != nil {
-				finish(nil, ErrClosed)
+			for _, s := range c.slots {
+				if s.cur != nil {
+					c.finish(s, nil, ErrClosed)
+				}
 			}
 			return
 		case cl := <-c.calls:
-			ts, err := c.core.Propose(cl.op)
-			if err != nil {
-				cl.done <- callResult{err: err}
-				break
-			}
-			cur, curTS, lastTS = cl, ts, ts
-		case <-curDone:
-			// Abandon the request: a fresh core, with timestamps above
-			// the abandoned one, forgets it.
-			finish(nil, cur.ctx.Err())
-			cfg := c.ccfg
-			cfg.StartTimestamp = lastTS
-			core, err := bft.NewClient(cfg)
-			if err == nil {
-				c.core = core
-			}
+			c.start(cl)
+		case cl := <-c.abandon:
+			c.drop(cl)
 		case rp := <-c.inbound:
-			if err := c.core.Step(rp.from, rp.rep); err != nil {
-				c.m.dropped.inc(stepReason(err))
-			}
+			c.step(rp)
 		case <-t.C:
-			c.core.Tick()
-			retransmit = true
-		}
-		rd := c.core.Ready()
-		if len(rd.Messages) > 0 {
-			if retransmit {
-				c.m.retransmissions.Inc()
-				c.log.Debug("retransmitting request", "ts", curTS)
+			if c.busy > 0 {
+				for _, s := range c.slots {
+					if s.cur != nil {
+						s.core.Tick()
+						s.retx = true
+						c.touch(s)
+					}
+				}
 			}
-			c.send(rd.Messages)
 		}
-		for _, d := range rd.Done {
-			if cur != nil && d.Timestamp == curTS {
-				c.m.completed.Inc()
-				c.m.latency.Observe(time.Since(cur.start).Seconds())
-				finish(d.Result, nil)
+	drain:
+		for range maxClientDrain {
+			select {
+			case rp := <-c.inbound:
+				c.step(rp)
+			case cl := <-c.calls:
+				c.start(cl)
+			case cl := <-c.abandon:
+				c.drop(cl)
+			default:
+				break drain
 			}
+		}
+		if len(c.dirty) > 0 {
+			c.flush()
 		}
 	}
 }
 
-func (c *Client) send(msgs []bft.Envelope) {
-	var (
-		last  bft.Message
-		frame []byte
-	)
+func (c *Client) touch(s *slot) {
+	if !s.dirty {
+		s.dirty = true
+		c.dirty = append(c.dirty, s)
+	}
+}
+
+// start gives cl a free identity and proposes its op. Invoke's semaphore
+// guarantees a free identity: a call holds a token until it has its
+// result, and an identity is freed before its result is sent.
+func (c *Client) start(cl *call) {
+	if len(c.free) == 0 { // impossible (see above); do not panic
+		cl.done <- callResult{err: bft.ErrBusy}
+		return
+	}
+	s := c.free[len(c.free)-1]
+	ts, err := s.core.Propose(cl.op)
+	if err != nil {
+		cl.done <- callResult{err: err}
+		return
+	}
+	c.free = c.free[:len(c.free)-1]
+	c.busy++
+	cl.slot = s
+	s.cur, s.curTS, s.lastTS = cl, ts, ts
+	s.retx = false
+	c.touch(s)
+}
+
+// finish answers s's call and frees s.
+func (c *Client) finish(s *slot, res []byte, err error) {
+	cl := s.cur
+	s.cur = nil
+	c.busy--
+	c.free = append(c.free, s)
+	cl.done <- callResult{res: res, err: err}
+}
+
+// drop abandons cl, if it is still outstanding: a fresh core, with
+// timestamps above the abandoned request's, forgets it.
+func (c *Client) drop(cl *call) {
+	s := cl.slot
+	if s == nil || s.cur != cl {
+		return // answered already
+	}
+	cfg := s.ccfg
+	cfg.StartTimestamp = s.lastTS
+	if core, err := bft.NewClient(cfg); err == nil {
+		s.core = core
+	}
+	c.finish(s, nil, cl.ctx.Err())
+}
+
+func (c *Client) step(rp reply) {
+	if rp.rep != nil {
+		c.stepOne(rp.from, rp.rep)
+	}
+	for _, rep := range rp.reps {
+		c.stepOne(rp.from, rep)
+	}
+}
+
+func (c *Client) stepOne(from bft.ReplicaID, rep *bft.Reply) {
+	s := c.byID[rep.Client]
+	if s == nil {
+		c.m.dropped.inc(reasonInvalid)
+		return
+	}
+	if err := s.core.Step(from, rep); err != nil {
+		c.m.dropped.inc(stepReason(err))
+		return
+	}
+	c.touch(s)
+}
+
+// flush collects the Ready of every core that may have one, answers the
+// calls that completed and sends the requests, per link in one queueing.
+func (c *Client) flush() {
 	ep := c.ep
 	ep.mu.Lock()
-	defer ep.mu.Unlock()
-	for _, e := range msgs {
-		cn := ep.lookupLocked(link.Peer(e.To))
-		if cn == nil {
-			c.m.dropped.inc(reasonNoLink)
+	for i := range c.links {
+		c.links[i] = ep.lookupLocked(link.Replica(uint64(i)))
+	}
+	arena := c.arena
+	noLink := 0
+	for _, s := range c.dirty {
+		s.dirty = false
+		rd := s.core.Ready()
+		retx := s.retx
+		s.retx = false
+		if len(rd.Messages) > 0 {
+			if retx {
+				c.m.retransmissions.Inc()
+				c.log.Debug("retransmitting request", "client", s.ccfg.ID, "ts", s.curTS)
+			}
+			var (
+				last  bft.Message
+				frame []byte
+			)
+			for _, e := range rd.Messages {
+				if e.Msg != last {
+					if cap(arena)-len(arena) < 256 {
+						arena = make([]byte, 0, max(16<<10, cap(arena)))
+					}
+					start := len(arena)
+					arena = wire.Append(arena, e.Msg)
+					last, frame = e.Msg, arena[start:len(arena):len(arena)]
+				}
+				i := int(e.To.ID)
+				if e.To.Client || i >= c.n || c.links[i] == nil {
+					noLink++
+					continue
+				}
+				c.out[i] = append(c.out[i], frame)
+				s.seen[i] = c.links[i]
+			}
+			// The identity's request, to the replicas that have not
+			// seen it on their current link.
+			if _, ok := last.(*bft.Request); ok {
+				for i, l := range c.links {
+					if l != nil && s.seen[i] != l {
+						c.out[i] = append(c.out[i], frame)
+						s.seen[i] = l
+					}
+				}
+			}
+		}
+		for _, d := range rd.Done {
+			if s.cur != nil && d.Timestamp == s.curTS {
+				c.m.completed.Inc()
+				c.m.latency.Observe(time.Since(s.cur.start).Seconds())
+				c.finish(s, d.Result, nil)
+			}
+		}
+	}
+	for i, l := range c.links {
+		if len(c.out[i]) == 0 {
 			continue
 		}
-		if e.Msg != last {
-			last, frame = e.Msg, wire.Append(nil, e.Msg)
+		if k := l.enqueueAll(c.out[i]); k < len(c.out[i]) {
+			c.m.dropped.add(reasonQueueFull, len(c.out[i])-k)
 		}
-		if !cn.enqueue(frame) {
-			c.m.dropped.inc(reasonQueueFull)
-		}
+		clear(c.out[i])
+		c.out[i] = c.out[i][:0]
+	}
+	ep.mu.Unlock()
+	c.arena = arena
+	clear(c.dirty)
+	c.dirty = c.dirty[:0]
+	if noLink > 0 {
+		c.m.dropped.add(reasonNoLink, noLink)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rubin-go/rubin/bft/link"
@@ -24,6 +25,7 @@ type conn struct {
 	q      [][]byte // frames waiting for the writer
 	max    int      // bound on len(q)
 	closed bool
+	dead   atomic.Bool   // closed, readable without mu
 	signal chan struct{} // capacity 1: the queue has something
 	done   chan struct{} // closed by shutdown
 	once   sync.Once
@@ -47,11 +49,35 @@ func (c *conn) enqueue(frame []byte) bool {
 	}
 	c.q = append(c.q, frame)
 	c.mu.Unlock()
+	c.wake()
+	return true
+}
+
+// enqueueAll is enqueue for several frames under one lock and one wake-up
+// of the writer; it returns how many it queued (a prefix of frames: the
+// rest did not fit the queue, or the conn is closed).
+func (c *conn) enqueueAll(frames [][]byte) int {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return 0
+	}
+	k := min(len(frames), c.max-len(c.q))
+	if k > 0 {
+		c.q = append(c.q, frames[:k]...)
+	}
+	c.mu.Unlock()
+	if k > 0 {
+		c.wake()
+	}
+	return max(k, 0)
+}
+
+func (c *conn) wake() {
 	select {
 	case c.signal <- struct{}{}:
 	default:
 	}
-	return true
 }
 
 // shutdown closes the link and stops the writer; safe to call many times
@@ -62,6 +88,7 @@ func (c *conn) shutdown() {
 		c.closed = true
 		c.q = nil
 		c.mu.Unlock()
+		c.dead.Store(true)
 		close(c.done)
 		c.l.Close()
 	})

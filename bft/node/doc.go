@@ -10,10 +10,14 @@
 // tick) and ctx; after each input it drains the inbound channel without
 // blocking (up to MaxDrain messages), then takes the core's Ready once and
 // routes its envelopes. Every link has a reader goroutine (receive,
-// decode, hand over to the core) and a writer goroutine (drain the link's
+// decode, hand over to the core; frames that arrived together, up to 64,
+// are handed over together) and a writer goroutine (drain the link's
 // queue with link.Queue and one Flush per burst). One goroutine accepts
 // connections, one per handshake in progress, and one per higher-ID peer
-// dials and redials. A Client is built the same way around bft.Client.
+// dials and redials. A Client is built the same way around one bft.Client
+// per client identity it multiplexes (ClientConfig.IDs): one goroutine
+// runs all the cores, taking every waiting reply and call before it sends,
+// so the requests of many identities to a replica share one flush.
 //
 // # Connections
 //
@@ -25,9 +29,15 @@
 // higher ID (it should have accepted), and an authenticated link that
 // arrives for a peer that already has one replaces the old link (the peer
 // restarted, or the old connection is half dead). Clients dial every
-// replica; a replica sends a client's replies on that client's latest
-// link, and drops them if the client is not connected (the client
-// retransmits).
+// replica, one link each, authenticated as the Client's first identity;
+// the link may carry the requests of all its identities (each request's
+// authenticator proves its client). A replica sends a client's replies on
+// the link that last delivered a request of that client which the core
+// took (or already held), else on the link of that client's own identity,
+// and drops them if there is none (the client retransmits). It keeps one
+// such route per client that sent through a link still up, like the reply
+// cache keeps one reply per client; the routes of a link that closes are
+// forgotten.
 //
 // The sender passed to bft.Replica.Step is the link's authenticated peer,
 // never a field of the message. A frame that does not decode closes its

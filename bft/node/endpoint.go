@@ -28,9 +28,13 @@ type endpoint struct {
 	dropped  *dropCounters
 	received *[len(typeNames)]prometheus.Counter // nil: not counted
 	links    prometheus.Gauge                    // nil: not counted
-	// deliver hands a decoded message to the core's goroutine; it blocks
-	// (back-pressure on the link) and returns false when done is closed.
-	deliver func(from link.Peer, m bft.Message, done <-chan struct{}) bool
+	// deliver hands decoded messages that arrived on c to the core's
+	// goroutine: m alone if ms is nil, else the burst ms (in order, at
+	// most maxBurst). It blocks (back-pressure on the link) and returns
+	// false when c.done is closed.
+	deliver func(c *conn, m bft.Message, ms []bft.Message) bool
+	// down, if set, is called after a link was unregistered.
+	down func(c *conn)
 
 	wg     sync.WaitGroup
 	mu     sync.Mutex
@@ -110,22 +114,49 @@ func (e *endpoint) serve(l *link.Link) {
 	if e.unregister(c) {
 		e.log.Info("link down", "peer", c.peer, "err", err)
 	}
+	if e.down != nil {
+		e.down(c)
+	}
 }
+
+// maxBurst bounds the messages read hands on together.
+const maxBurst = 64
 
 // read receives, decodes and delivers frames until an error. Each frame
 // has a buffer of its own (Recv allocates it) that the decoded message
 // keeps. A frame that does not decode closes the link: a correct peer
-// never sends one.
+// never sends one. Frames that arrived together (already buffered, up to
+// maxBurst) are delivered together, so that the core sees a peer's burst
+// (e.g. the requests of many clients multiplexed on one link) at once
+// rather than racing the reader message by message.
 func (e *endpoint) read(c *conn) error {
+	var burst []bft.Message
+	flush := func() bool {
+		var ok bool
+		if len(burst) == 1 {
+			ok = e.deliver(c, burst[0], nil)
+			burst = burst[:0]
+		} else {
+			ok = e.deliver(c, nil, burst)
+			burst = nil
+		}
+		return ok
+	}
 	for {
 		b, err := c.l.Recv()
 		if err != nil {
+			if len(burst) > 0 {
+				flush()
+			}
 			return err
 		}
 		m, err := wire.DecodeLimits(b, e.limits)
 		if err != nil {
 			e.dropped.inc(reasonDecode)
 			e.log.Debug("malformed frame; closing link", "peer", c.peer, "err", err)
+			if len(burst) > 0 {
+				flush()
+			}
 			return err
 		}
 		if e.received != nil {
@@ -134,7 +165,11 @@ func (e *endpoint) read(c *conn) error {
 		if e.log.Enabled(context.Background(), slog.LevelDebug) {
 			e.log.Debug("received", "from", c.peer, "type", typeNames[typeIndex(m.Type())], "bytes", len(b))
 		}
-		if !e.deliver(c.peer, m, c.done) {
+		burst = append(burst, m)
+		if len(burst) < maxBurst && c.l.FrameBuffered() {
+			continue
+		}
+		if !flush() {
 			return errors.New("link closed")
 		}
 	}

@@ -92,6 +92,15 @@ func (d *dropCounters) inc(reason string) {
 	d.vec.WithLabelValues(reason).Inc()
 }
 
+// add is inc n times.
+func (d *dropCounters) add(reason string, n int) {
+	if c, ok := d.m[reason]; ok {
+		c.Add(float64(n))
+		return
+	}
+	d.vec.WithLabelValues(reason).Add(float64(n))
+}
+
 // replicaMetrics are a replica driver's metrics. They are always
 // maintained; they are registered only when a Registerer is given.
 type replicaMetrics struct {

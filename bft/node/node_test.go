@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/rubin-go/rubin"
 	"github.com/rubin-go/rubin/bft"
@@ -609,5 +610,97 @@ func TestInvokeCancelAndRestartAll(t *testing.T) {
 	}
 	c.Close()
 	tc.waitConverged(all(4), 1, 10*time.Second)
+	tc.checkSameState()
+}
+
+// One Client multiplexes many identities over one link per replica: its
+// Invokes run concurrently, each under its own identity, replies reach
+// the right identity's core, and every replica routes them without the
+// client having to retransmit.
+func TestMultiplexedClient(t *testing.T) {
+	warm(t)
+	leakcheck.Check(t)
+	const ids = 8
+	core := testCore()
+	core.CheckpointInterval, core.WatermarkWindow = 64, 256
+	tc := newTestCluster(t, 4, ids+1, core, testTick)
+	var idl []bft.ClientID
+	for i := range ids {
+		idl = append(idl, bft.ClientID(i+1))
+	}
+	c, err := NewClient(context.Background(), ClientConfig{Registerer: tc.reg, Cluster: tc.cl, IDs: idl, Network: "tcp",
+		Tick: testTick, RetransmitTicks: 1000, Logger: testLogger(t), RedialMin: 5 * time.Millisecond, RedialMax: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitFor(t, 10*time.Second, "client links", func() bool {
+		c.ep.mu.Lock()
+		defer c.ep.mu.Unlock()
+		return len(c.ep.conns) == 4
+	})
+	// 2*ids workers: half of them wait for a free identity at any time.
+	workers := make([]*Client, 2*ids)
+	for i := range workers {
+		workers[i] = c
+	}
+	const per = 100
+	w := runWorkload(tc, workers, per)
+	w.wg.Wait()
+	if w.first != nil {
+		t.Fatalf("workload: %v (%d errors)", w.first, w.errs.Load())
+	}
+	if got := w.done.Load(); got != 2*ids*per {
+		t.Fatalf("%d requests completed, want %d", got, 2*ids*per)
+	}
+	// With RetransmitTicks far beyond the test, every request completed
+	// with replies routed on the first try.
+	if n := testutil.ToFloat64(c.m.completed); n != 2*ids*per {
+		t.Errorf("%v requests completed, want %d", n, 2*ids*per)
+	}
+	if n := testutil.ToFloat64(c.m.retransmissions); n != 0 {
+		t.Errorf("%v retransmissions, want none", n)
+	}
+	// The links are those of the first identity only.
+	for i, r := range tc.reps {
+		r.ep.mu.Lock()
+		for p := range r.ep.conns {
+			if p.Client && p.ID != uint64(idl[0]) {
+				t.Errorf("replica %d has a link for %v", i, p)
+			}
+		}
+		r.ep.mu.Unlock()
+	}
+
+	// Cancelling abandons only the cancelled call's identity; after all
+	// replicas are gone, every identity's call gives up with its context.
+	tc.stopAll()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	errc := make(chan error, 2*ids)
+	for range 2 * ids {
+		go func() {
+			_, err := c.Invoke(ctx, kv.EncodeGet([]byte("a")))
+			errc <- err
+		}()
+	}
+	for range 2 * ids {
+		if err := <-errc; !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Invoke with no replica: %v, want DeadlineExceeded", err)
+		}
+	}
+	for i := range tc.reps {
+		tc.start(i, nil)
+	}
+	w = runWorkload(tc, workers, 5)
+	w.wg.Wait()
+	if w.first != nil {
+		t.Fatalf("workload after restart: %v (%d errors)", w.first, w.errs.Load())
+	}
+	c.Close()
+	if _, err := c.Invoke(context.Background(), nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Invoke after Close: %v, want ErrClosed", err)
+	}
+	tc.waitConverged(all(4), 0, 10*time.Second)
 	tc.checkSameState()
 }

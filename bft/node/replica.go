@@ -50,15 +50,17 @@ type ReplicaConfig struct {
 	// Listener, if set, is used (and closed by Run) instead of listening
 	// on Cluster.Replicas[ID].Addr: tests pass a listener on port 0.
 	Listener net.Listener
-	// InboundQueue bounds the decoded messages waiting for the core
-	// (default DefaultInboundQueue); a full queue blocks the links'
-	// readers (back-pressure through the transport).
+	// InboundQueue bounds the deliveries of decoded messages waiting for
+	// the core (default DefaultInboundQueue): a delivery is one message,
+	// or a burst of up to 64 that arrived together on one link. A full
+	// queue blocks the links' readers (back-pressure through the
+	// transport).
 	InboundQueue int
 	// OutboundQueue bounds the frames waiting per link (default
 	// DefaultOutboundQueue); a full queue drops new frames.
 	OutboundQueue int
 	// MaxDrain bounds how many inbound messages the core takes before it
-	// collects Ready (default DefaultMaxDrain).
+	// collects Ready (default DefaultMaxDrain; a burst is taken whole).
 	MaxDrain int
 	// RedialMin and RedialMax bound the backoff between dials of a peer
 	// (defaults DefaultRedialMin, DefaultRedialMax).
@@ -78,7 +80,9 @@ type ReplicaConfig struct {
 // should have been the acceptor). If an authenticated link from a peer
 // arrives while one is up (the peer restarted), the new one replaces the
 // old. Clients dial every replica; the newest link of a client replaces
-// the older one.
+// the older one. A client link may carry the requests of several client
+// identities (a multiplexing Client); a client's replies go on the link
+// that last delivered one of its requests (see package doc).
 //
 // Queueing: decoded messages go to the core through one bounded channel;
 // when it is full, link readers block (back-pressure on the sender). What
@@ -102,13 +106,40 @@ type Replica struct {
 	ran    atomic.Bool
 
 	inbound chan inbound
-	frames  map[bft.Message][]byte // encodings of one Ready's messages
-	last    bft.Status             // last published status (core goroutine)
+	last    bft.Status // last published status (core goroutine)
+
+	// Reply routes (core goroutine): the link that most recently
+	// delivered a request of each client that the core took (see step).
+	// One entry per client that sent through this replica over a link
+	// still up, like the reply cache one per client; the entries of a
+	// link are forgotten when it closes (routesStale tells the core
+	// goroutine to sweep).
+	routes      map[bft.ClientID]*conn
+	routesStale atomic.Bool
+
+	// Scratch of route, reused across Readies. arena's spare capacity is
+	// where the next frames are encoded: the bytes before len(arena) are
+	// frames that may still wait in the links' queues and are never
+	// written again.
+	arena   []byte
+	batches map[*conn]int // index into out
+	out     []connBatch
+	sent    [len(typeNames)]int
 }
 
+// connBatch is what one Ready queues on one link, in order.
+type connBatch struct {
+	c      *conn
+	frames [][]byte
+	types  []uint8
+}
+
+// inbound is what a link's reader hands to the core: one message m, or a
+// burst ms.
 type inbound struct {
-	from bft.Target
-	m    bft.Message
+	c  *conn
+	m  bft.Message
+	ms []bft.Message
 }
 
 // NewReplica checks cfg and builds the replica's core; Run starts it.
@@ -175,7 +206,8 @@ func NewReplica(cfg ReplicaConfig) (*Replica, error) {
 		tr:      tr,
 		ready:   make(chan struct{}),
 		inbound: make(chan inbound, cfg.InboundQueue),
-		frames:  make(map[bft.Message][]byte),
+		batches: make(map[*conn]int),
+		routes:  make(map[bft.ClientID]*conn),
 	}
 	lim := wire.Limits{MaxReplicas: n}
 	r.ep = &endpoint{
@@ -190,6 +222,11 @@ func NewReplica(cfg ReplicaConfig) (*Replica, error) {
 		links:    m.links,
 		conns:    make(map[link.Peer]*conn),
 		deliver:  r.deliver,
+		down: func(c *conn) {
+			if c.peer.Client {
+				r.routesStale.Store(true)
+			}
+		},
 	}
 	addr := cfg.Cluster.Replicas[cfg.ID].Addr
 	r.addr.Store(&addr)
@@ -210,11 +247,11 @@ func (r *Replica) Ready() <-chan struct{} { return r.ready }
 // with a Listener on port 0), the configured one before.
 func (r *Replica) Addr() string { return *r.addr.Load() }
 
-func (r *Replica) deliver(from link.Peer, m bft.Message, done <-chan struct{}) bool {
+func (r *Replica) deliver(c *conn, m bft.Message, ms []bft.Message) bool {
 	select {
-	case r.inbound <- inbound{from: bft.Target(from), m: m}:
+	case r.inbound <- inbound{c: c, m: m, ms: ms}:
 		return true
-	case <-done:
+	case <-c.done:
 		return false
 	}
 }
@@ -294,18 +331,25 @@ func (r *Replica) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case in := <-r.inbound:
-			r.step(in)
+			n := r.stepAll(in)
 		drain:
-			for i := 1; i < r.cfg.MaxDrain; i++ {
+			for n < r.cfg.MaxDrain {
 				select {
 				case in = <-r.inbound:
-					r.step(in)
+					n += r.stepAll(in)
 				default:
 					break drain
 				}
 			}
 		case <-t.C:
 			r.core.Tick()
+		}
+		if r.routesStale.Swap(false) {
+			for id, c := range r.routes {
+				if c.dead.Load() {
+					delete(r.routes, id)
+				}
+			}
 		}
 		if r.core.HasReady() {
 			r.handleReady(r.core.Ready())
@@ -314,45 +358,66 @@ func (r *Replica) loop(ctx context.Context) {
 	}
 }
 
-func (r *Replica) step(in inbound) {
-	if err := r.core.Step(in.from, in.m); err != nil {
+// stepAll steps in's messages and returns how many there were.
+func (r *Replica) stepAll(in inbound) int {
+	if in.ms == nil {
+		r.step(in.c, in.m)
+		return 1
+	}
+	for _, m := range in.ms {
+		r.step(in.c, m)
+	}
+	return len(in.ms)
+}
+
+// step hands m, from c, to the core. A request from a client link that the core
+// took (nil error) or already holds (ErrDuplicate) makes that link the
+// route of the request's client's replies: a client link may carry the
+// requests of several clients (a multiplexing Client), and both outcomes
+// mean the request is its client's (the core checked the authenticator
+// of a request of any client other than the link's own). A duplicate
+// counts because a backup that got the request in a pre-prepare first
+// would otherwise have no route for the reply the client waits for.
+func (r *Replica) step(c *conn, m bft.Message) {
+	from := bft.Target(c.peer)
+	err := r.core.Step(from, m)
+	if from.Client {
+		if req, ok := m.(*bft.Request); ok && (err == nil || errors.Is(err, bft.ErrDuplicate)) {
+			if r.routes[req.Client] != c {
+				r.routes[req.Client] = c
+			}
+		}
+	}
+	if err != nil {
 		reason := stepReason(err)
 		r.m.dropped.inc(reason)
 		if r.log.Enabled(context.Background(), slog.LevelDebug) {
-			r.log.Debug("message dropped", "from", link.Peer(in.from), "type", typeNames[typeIndex(in.m.Type())], "reason", reason, "err", err)
+			r.log.Debug("message dropped", "from", c.peer, "type", typeNames[typeIndex(m.Type())], "reason", reason, "err", err)
 		}
 	}
+}
+
+// linkFor returns the link to send e on, nil if there is none. A reply
+// goes on its client's route, else on the link of the client's own
+// identity. The caller holds r.ep.mu.
+func (r *Replica) linkFor(to bft.Target) *conn {
+	if to.Client {
+		id := bft.ClientID(to.ID)
+		if c := r.routes[id]; c != nil {
+			if !c.dead.Load() {
+				return c
+			}
+			delete(r.routes, id)
+		}
+	}
+	return r.ep.lookupLocked(link.Peer(to))
 }
 
 // handleReady routes the core's output to the links' queues and reports
 // executed batches.
 func (r *Replica) handleReady(rd bft.Ready) {
 	if len(rd.Messages) > 0 {
-		debug := r.log.Enabled(context.Background(), slog.LevelDebug)
-		ep := r.ep
-		ep.mu.Lock()
-		for _, e := range rd.Messages {
-			c := ep.lookupLocked(link.Peer(e.To))
-			if c == nil {
-				r.m.dropped.inc(reasonNoLink)
-				continue
-			}
-			frame, ok := r.frames[e.Msg]
-			if !ok {
-				frame = wire.Append(nil, e.Msg)
-				r.frames[e.Msg] = frame
-			}
-			if c.enqueue(frame) {
-				r.m.sent[typeIndex(e.Msg.Type())].Inc()
-				if debug {
-					r.log.Debug("sent", "to", c.peer, "type", typeNames[typeIndex(e.Msg.Type())], "bytes", len(frame))
-				}
-			} else {
-				r.m.dropped.inc(reasonQueueFull)
-			}
-		}
-		ep.mu.Unlock()
-		clear(r.frames)
+		r.route(rd.Messages)
 	}
 	for _, c := range rd.Committed {
 		r.m.committedBatches.Inc()
@@ -390,5 +455,84 @@ func (r *Replica) publish() {
 		r.m.checkpointLag.Set(float64(s.LastExecuted - min(s.Stable, s.LastExecuted)))
 		r.last = s
 		r.status.Store(&s)
+	}
+}
+
+// route encodes the messages of one Ready (each once: a broadcast's
+// envelopes share their bytes; frames are carved from shared buffers, not
+// allocated one by one: the writers only read them) and
+// queues them per link, each link's frames under one lock and one wake-up
+// of its writer, so a burst of replies to one client link goes out in one
+// flush.
+func (r *Replica) route(msgs []bft.Envelope) {
+	debug := r.log.Enabled(context.Background(), slog.LevelDebug)
+	var (
+		last  bft.Message
+		frame []byte
+	)
+	arena := r.arena
+	noLink := 0
+	ep := r.ep
+	ep.mu.Lock()
+	for _, e := range msgs {
+		c := r.linkFor(e.To)
+		if c == nil {
+			noLink++
+			continue
+		}
+		if e.Msg != last {
+			// The core expands a broadcast into consecutive envelopes;
+			// a message repeated later in the Ready is encoded again.
+			if cap(arena)-len(arena) < 512 {
+				arena = make([]byte, 0, max(32<<10, cap(arena)))
+			}
+			start := len(arena)
+			arena = wire.Append(arena, e.Msg)
+			last, frame = e.Msg, arena[start:len(arena):len(arena)]
+		}
+		i, ok := r.batches[c]
+		if !ok {
+			i = len(r.out)
+			r.batches[c] = i
+			if i < cap(r.out) {
+				r.out = r.out[:i+1]
+				r.out[i].c = c
+			} else {
+				r.out = append(r.out, connBatch{c: c})
+			}
+		}
+		b := &r.out[i]
+		b.frames = append(b.frames, frame)
+		b.types = append(b.types, uint8(typeIndex(e.Msg.Type())))
+	}
+	for i := range r.out {
+		b := &r.out[i]
+		k := b.c.enqueueAll(b.frames)
+		for j, t := range b.types {
+			if j < k {
+				r.sent[t]++
+				if debug {
+					r.log.Debug("sent", "to", b.c.peer, "type", typeNames[t], "bytes", len(b.frames[j]))
+				}
+			}
+		}
+		if d := len(b.frames) - k; d > 0 {
+			r.m.dropped.add(reasonQueueFull, d)
+		}
+		clear(b.frames)
+		b.frames, b.types, b.c = b.frames[:0], b.types[:0], nil
+	}
+	ep.mu.Unlock()
+	r.arena = arena
+	r.out = r.out[:0]
+	clear(r.batches)
+	if noLink > 0 {
+		r.m.dropped.add(reasonNoLink, noLink)
+	}
+	for t, n := range r.sent {
+		if n > 0 {
+			r.m.sent[t].Add(float64(n))
+			r.sent[t] = 0
+		}
 	}
 }
