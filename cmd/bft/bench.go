@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rubin-go/rubin"
+	"github.com/rubin-go/rubin/bft"
 	"github.com/rubin-go/rubin/bft/auth"
 	"github.com/rubin-go/rubin/bft/kv"
 	"github.com/rubin-go/rubin/bft/node"
@@ -25,7 +26,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var cf clusterFlags
 	cf.register(fs)
 	var bc benchConfig
-	fs.IntVar(&bc.clients, "clients", 16, "closed-loop clients, each with one operation outstanding")
+	fs.IntVar(&bc.clients, "clients", 16, "closed-loop clients, each with one operation outstanding and a client identity of its own (multiplexed by one client process over one link per replica)")
 	fs.IntVar(&bc.ops, "n", 100000, "measured operations, over all clients")
 	fs.IntVar(&bc.size, "size", 0, "bytes per operation: 0 is the store's no-op, more puts a value of that size")
 	fs.IntVar(&bc.warmup, "warmup", -1, "unmeasured operations first (default min(1000, n/10))")
@@ -93,21 +94,19 @@ func (s summary) String() string {
 // bench runs bc's clients until bc.warmup+bc.ops operations completed and
 // summarizes the measured ones.
 func bench(ctx context.Context, bc benchConfig) (summary, error) {
-	clients := make([]*node.Client, bc.clients)
-	defer func() {
-		for _, cl := range clients {
-			if cl != nil {
-				cl.Close()
-			}
-		}
-	}()
-	for i := range clients {
-		cl, err := node.NewClient(ctx, node.ClientConfig{Cluster: bc.cluster, ID: bc.cluster.Clients[i].ID, Transport: bc.transport})
-		if err != nil {
-			return summary{}, err
-		}
-		clients[i] = cl
+	// One Client multiplexes all bc.clients identities over one link per
+	// replica (so the replicas write one flush of replies per burst, not
+	// one per client); each worker below keeps one operation outstanding
+	// and its Invoke takes an identity of its own.
+	ids := make([]bft.ClientID, bc.clients)
+	for i := range ids {
+		ids[i] = bc.cluster.Clients[i].ID
 	}
+	cl, err := node.NewClient(ctx, node.ClientConfig{Cluster: bc.cluster, IDs: ids, Transport: bc.transport})
+	if err != nil {
+		return summary{}, err
+	}
+	defer cl.Close()
 	total := int64(bc.warmup + bc.ops)
 	var next atomic.Int64 // operations handed out; the first warmup are not measured
 	times := make([]time.Duration, bc.ops)
@@ -115,7 +114,7 @@ func bench(ctx context.Context, bc benchConfig) (summary, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var wg sync.WaitGroup
-	for i, cl := range clients {
+	for i := range bc.clients {
 		op := benchOp(bc.size, i)
 		wg.Go(func() {
 			for {

@@ -129,12 +129,18 @@ func demo(ctx context.Context, d demoConfig, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var next atomic.Int64
+	// One Client multiplexes the clients' identities over one link per
+	// replica; each worker's Invoke takes an identity of its own.
+	ids := make([]bft.ClientID, d.clients)
+	for i := range ids {
+		ids[i] = c.Clients[i].ID
+	}
+	cl, err := node.NewClient(ctx, node.ClientConfig{Cluster: c, IDs: ids, Network: d.network, Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
 	for i := range d.clients {
-		cl, err := node.NewClient(ctx, node.ClientConfig{Cluster: c, ID: c.Clients[i].ID, Network: d.network, Logger: logger})
-		if err != nil {
-			return err
-		}
-		defer cl.Close()
 		wg.Go(func() {
 			for {
 				k := next.Add(1) - 1

@@ -25,7 +25,9 @@
 // -max-message-size and -pollers.
 //
 // bench runs C closed-loop clients against a running cluster until OPS
-// operations have completed, and prints one summary line:
+// operations have completed (C client identities, each with one operation
+// outstanding, multiplexed by one client over one link per replica), and
+// prints one summary line:
 //
 //	replicas=4 f=1 transport=tcp clients=16 size=0 ops=100000 ops_per_s=41234 p50_us=321.0 p99_us=1234.0
 //
