@@ -37,12 +37,13 @@ source "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
 # milliseconds, so a request takes tens of them: 300 operations per run
 # keep the whole run within minutes. Pinning four replicas to one emulated
 # CPU starves them (a sleeping emulated CPU takes about a millisecond to
-# wake): the guest leaves placement to its scheduler.
+# wake): the guest leaves placement to its scheduler. The targets are for
+# the host, so the guest does not judge them.
 in_vm() {
 	local work=$1 out=/tmp/bft-bench-out
 	shift
 	mkdir -p "$out"
-	"$work/bftbench" -bft "$work/bft" -transports tcp,rdma -host "$RDMAVM_RXE_IP" -pin=false -n 300 "$@"
+	"$work/bftbench" -bft "$work/bft" -transports tcp,rdma -host "$RDMAVM_RXE_IP" -pin=false -targets=false -n 300 "$@"
 	vm_print_files "$out"
 }
 

@@ -73,6 +73,7 @@ type config struct {
 	quick       bool
 	pin         bool
 	spin        time.Duration
+	targets     bool
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -91,6 +92,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.svg, "svg", "", "write the plot of throughput against clients to this file")
 	fs.StringVar(&cfg.generatedBy, "generated-by", "", "the command to name in the report as the one that made it")
 	fs.DurationVar(&cfg.timeout, "timeout", 3*time.Minute, "longest one bench run may take")
+	fs.BoolVar(&cfg.targets, "targets", true, "judge the project's targets, which are set for TCP on this machine's loopback")
 	fs.BoolVar(&cfg.pin, "pin", true, "pin the replicas to CPU 1 and the clients to CPU 0 with taskset")
 	fs.DurationVar(&cfg.spin, "spin", 0, "busy-poll budget of every replica's and client's pollers (rubin.Config.SpinBudget)")
 	fs.BoolVar(&cfg.quick, "quick", false, "a small run for CI: at most 500 operations, one round, the first size and client count only")
