@@ -8,9 +8,9 @@
 # a go.mod tidiness check, gofmt, go vet, staticcheck, go test -race, the
 # RDMA tests in a throw-away virtual machine with a Soft-RoCE device
 # (scripts/rdma-test.sh; no RDMA hardware needed), a short fuzz pass over
-# every Fuzz target, and quick passes of the echo benchmark runner and of
-# the RDMA benchmark runner (scripts/rdma-bench.sh, in another VM), so that
-# neither rots. Every
+# every Fuzz target, and quick passes of the benchmark runners: echo, RDMA
+# (scripts/rdma-bench.sh, in another VM) and BFT (scripts/bft-bench.sh, on
+# the host and in a third VM), so that none rots. Every
 # check runs even if an earlier one fails; the exit status is nonzero if any
 # failed.
 set -euo pipefail
@@ -104,6 +104,7 @@ check "RDMA tests in a Soft-RoCE VM" bash scripts/rdma-test.sh
 check "fuzz ($fuzztime per target)" fuzz
 check "echo benchmark, quick" go run ./benchmarks/echobench -quick
 check "RDMA benchmark in a Soft-RoCE VM, quick" bash scripts/rdma-bench.sh -quick
+check "BFT benchmark on the host and in a Soft-RoCE VM, quick" bash scripts/bft-bench.sh -quick
 
 section "summary"
 if [[ ${#failed[@]} -gt 0 ]]; then
