@@ -108,6 +108,5 @@ func (c *Config) fill() error {
 	return nil
 }
 
-func (c *Config) f() int    { return quorum.Faults(c.N) }
-func (c *Config) q() int    { return quorum.Quorum(c.N) }
-func (c *Config) weak() int { return quorum.Weak(c.N) }
+func (c *Config) f() int { return quorum.Faults(c.N) }
+func (c *Config) q() int { return quorum.Quorum(c.N) }

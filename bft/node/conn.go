@@ -35,27 +35,13 @@ func newConn(l *link.Link, max int) *conn {
 	return &conn{l: l, peer: l.Remote(), max: max, signal: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
-// enqueue adds a frame (shared and immutable: it may be queued to several
-// conns) and reports false if the queue is full, in which case the frame
-// is dropped. Dropping rather than blocking keeps one slow or Byzantine
-// peer from stalling the core and, through it, everyone else; PBFT
-// retransmits what matters and a lagging replica catches up by state
-// transfer.
-func (c *conn) enqueue(frame []byte) bool {
-	c.mu.Lock()
-	if c.closed || len(c.q) >= c.max {
-		c.mu.Unlock()
-		return false
-	}
-	c.q = append(c.q, frame)
-	c.mu.Unlock()
-	c.wake()
-	return true
-}
-
-// enqueueAll is enqueue for several frames under one lock and one wake-up
-// of the writer; it returns how many it queued (a prefix of frames: the
-// rest did not fit the queue, or the conn is closed).
+// enqueueAll queues frames (shared and immutable: a frame may be queued to
+// several conns) under one lock and one wake-up of the writer, and returns
+// how many it queued: a prefix of frames; the rest did not fit the queue,
+// or the conn is closed, and are dropped. Dropping rather than blocking
+// keeps one slow or Byzantine peer from stalling the core and, through
+// it, everyone else; PBFT retransmits what matters and a lagging replica
+// catches up by state transfer.
 func (c *conn) enqueueAll(frames [][]byte) int {
 	c.mu.Lock()
 	if c.closed {
