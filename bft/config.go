@@ -44,7 +44,7 @@ type Config struct {
 	// RequestTicks: a backup waiting this long for a request it holds to
 	// execute (with no execution progress meanwhile) starts a view change.
 	// Like ViewChangeTicks, it doubles with every view change that brings
-	// no execution, until a request executes. Default 50.
+	// no execution, up to 16 times, until a request executes. Default 50.
 	RequestTicks int
 	// ViewChangeTicks: a view change that has a quorum of view changes but
 	// no new view after this many ticks moves on to the next view; the
@@ -65,6 +65,14 @@ type Config struct {
 	App  App
 	Auth Authenticator
 }
+
+// maxBackoff caps the doubling of RequestTicks and ViewChangeTicks at
+// 16 times their base. Doubling without a cap lets a client that keeps
+// forcing view changes (an authenticator valid at some replicas only)
+// push the timeouts so high that the cluster takes minutes to recover
+// once it stops; 16 times the 250 ms default is 4 s, more than a view
+// change takes even on an emulated CPU.
+const maxBackoff = 4
 
 func (c *Config) fill() error {
 	if c.N < 4 {

@@ -328,7 +328,7 @@ func (r *Replica) Tick() {
 		// without it, a view where fewer than a quorum still take part
 		// (the others moved on) would wait forever.
 		r.reqTimer++
-		if r.reqTimer >= r.cfg.RequestTicks<<min(r.vcBackoff, 20) {
+		if r.reqTimer >= r.cfg.RequestTicks<<min(r.vcBackoff, maxBackoff) {
 			r.vcBackoff++
 			r.startViewChange(r.view + 1)
 		}

@@ -119,8 +119,8 @@ func (r *Replica) tickViewChange() {
 	}
 	r.vcTimer++
 	shift := r.vcBackoff
-	if shift > 20 {
-		shift = 20
+	if shift > maxBackoff {
+		shift = maxBackoff
 	}
 	if r.vcTimer >= r.cfg.ViewChangeTicks<<shift {
 		r.vcBackoff++
