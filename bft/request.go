@@ -81,7 +81,9 @@ func (r *Replica) onRequest(req *Request, fromClient, authFirst bool) error {
 			// The client missed our reply: send it again, in our view so
 			// the client learns the current primary. Not re-executed.
 			rep := *last
-			rep.View = r.view
+			// In our view and under our name: a cached reply may come
+			// from another replica's state (a state transfer).
+			rep.View, rep.Replica = r.view, r.id
 			r.out = append(r.out, Envelope{To: ToClient(req.Client), Msg: &rep})
 			return nil
 		}

@@ -74,6 +74,7 @@ func (r *Replica) onState(m *State) error {
 	clear(r.replies)
 	for i := range m.Replies {
 		rp := m.Replies[i]
+		rp.Replica = r.id // the sender's cache, now ours: our replies carry our name
 		r.replies[rp.Client] = &rp
 	}
 	r.lastExec = m.Seq
