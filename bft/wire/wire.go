@@ -540,17 +540,8 @@ func (d *decoder) prePrepare(m *bft.PrePrepare) (err error) {
 	if err = d.digest("digest", &m.Digest); err != nil {
 		return err
 	}
-	n, err := d.count("batch", d.lim.MaxBatch, minRequest)
-	if err != nil {
+	if m.Batch, err = list(d, "batch", d.lim.MaxBatch, minRequest, d.request); err != nil {
 		return err
-	}
-	if n > 0 {
-		m.Batch = make([]bft.Request, n)
-		for i := range m.Batch {
-			if err := d.request(&m.Batch[i]); err != nil {
-				return wrapIndex(err, "batch", i)
-			}
-		}
 	}
 	m.Sig, err = d.bytes("sig", d.lim.MaxSig)
 	return err
@@ -602,34 +593,33 @@ func (d *decoder) checkpoint(m *bft.Checkpoint) (err error) {
 }
 
 func (d *decoder) checkpoints(field string) ([]bft.Checkpoint, error) {
-	n, err := d.count(field, d.lim.MaxReplicas, minCheckpoint)
+	return list(d, field, d.lim.MaxReplicas, minCheckpoint, d.checkpoint)
+}
+
+// list decodes a list: a count, at most max and at most what the input
+// left holds at minSize bytes an element, checked before the list is
+// allocated, then each element with one. An empty list is nil.
+func list[T any](d *decoder, field string, max, minSize int, one func(*T) error) ([]T, error) {
+	n, err := d.count(field, max, minSize)
 	if err != nil || n == 0 {
 		return nil, err
 	}
-	cs := make([]bft.Checkpoint, n)
-	for i := range cs {
-		if err := d.checkpoint(&cs[i]); err != nil {
+	out := make([]T, n)
+	for i := range out {
+		if err := one(&out[i]); err != nil {
 			return nil, wrapIndex(err, field, i)
 		}
 	}
-	return cs, nil
+	return out, nil
 }
 
 func (d *decoder) preparedCert(pc *bft.PreparedCert) error {
 	if err := d.prePrepare(&pc.PrePrepare); err != nil {
 		return wrap(err, "pre-prepare")
 	}
-	n, err := d.count("prepares", d.lim.MaxReplicas, minPrepare)
-	if err != nil || n == 0 {
-		return err
-	}
-	pc.Prepares = make([]bft.Prepare, n)
-	for i := range pc.Prepares {
-		if err := d.prepare(&pc.Prepares[i]); err != nil {
-			return wrapIndex(err, "prepares", i)
-		}
-	}
-	return nil
+	var err error
+	pc.Prepares, err = list(d, "prepares", d.lim.MaxReplicas, minPrepare, d.prepare)
+	return err
 }
 
 func (d *decoder) viewChange(m *bft.ViewChange) (err error) {
@@ -642,17 +632,8 @@ func (d *decoder) viewChange(m *bft.ViewChange) (err error) {
 	if m.Stable, err = d.checkpoints("stable"); err != nil {
 		return err
 	}
-	n, err := d.count("prepared", d.lim.MaxList, minPreparedCert)
-	if err != nil {
+	if m.Prepared, err = list(d, "prepared", d.lim.MaxList, minPreparedCert, d.preparedCert); err != nil {
 		return err
-	}
-	if n > 0 {
-		m.Prepared = make([]bft.PreparedCert, n)
-		for i := range m.Prepared {
-			if err := d.preparedCert(&m.Prepared[i]); err != nil {
-				return wrapIndex(err, "prepared", i)
-			}
-		}
 	}
 	if m.Replica, err = d.replica("replica"); err != nil {
 		return err
@@ -665,28 +646,11 @@ func (d *decoder) newView(m *bft.NewView) (err error) {
 	if m.View, err = d.uvarint("view"); err != nil {
 		return err
 	}
-	n, err := d.count("view-changes", d.lim.MaxReplicas, minViewChange)
-	if err != nil {
+	if m.ViewChanges, err = list(d, "view-changes", d.lim.MaxReplicas, minViewChange, d.viewChange); err != nil {
 		return err
 	}
-	if n > 0 {
-		m.ViewChanges = make([]bft.ViewChange, n)
-		for i := range m.ViewChanges {
-			if err := d.viewChange(&m.ViewChanges[i]); err != nil {
-				return wrapIndex(err, "view-changes", i)
-			}
-		}
-	}
-	if n, err = d.count("pre-prepares", d.lim.MaxList, minPrePrepare); err != nil {
+	if m.PrePrepares, err = list(d, "pre-prepares", d.lim.MaxList, minPrePrepare, d.prePrepare); err != nil {
 		return err
-	}
-	if n > 0 {
-		m.PrePrepares = make([]bft.PrePrepare, n)
-		for i := range m.PrePrepares {
-			if err := d.prePrepare(&m.PrePrepares[i]); err != nil {
-				return wrapIndex(err, "pre-prepares", i)
-			}
-		}
 	}
 	if m.Replica, err = d.replica("replica"); err != nil {
 		return err
@@ -714,17 +678,8 @@ func (d *decoder) state(m *bft.State) (err error) {
 	if m.Snapshot, err = d.bytes("snapshot", d.lim.MaxMessage); err != nil {
 		return err
 	}
-	n, err := d.count("replies", d.lim.MaxList, minReply)
-	if err != nil {
+	if m.Replies, err = list(d, "replies", d.lim.MaxList, minReply, d.reply); err != nil {
 		return err
-	}
-	if n > 0 {
-		m.Replies = make([]bft.Reply, n)
-		for i := range m.Replies {
-			if err := d.reply(&m.Replies[i]); err != nil {
-				return wrapIndex(err, "replies", i)
-			}
-		}
 	}
 	m.Replica, err = d.replica("replica")
 	return err
