@@ -178,17 +178,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	res.duration = time.Since(start)
 	res.placement = placement
 	res.writeText(stdout)
-	if cfg.md != "" {
-		if err := benchkit.WriteFile(cfg.md, res.writeMarkdown); err != nil {
-			return err
-		}
-		fmt.Fprintln(stdout, "wrote", cfg.md)
-	}
-	if cfg.svg != "" {
-		if err := benchkit.WriteFile(cfg.svg, res.plot().WriteSVG); err != nil {
-			return err
-		}
-		fmt.Fprintln(stdout, "wrote", cfg.svg)
+	if err := benchkit.WriteReport(stdout, cfg.quick, dir, cfg.md, cfg.svg, res.writeMarkdown, res.plot().WriteSVG); err != nil {
+		return err
 	}
 	if n := res.failures(); n > 0 {
 		return fmt.Errorf("%d bench run%s failed", n, benchkit.Plural(n))

@@ -222,31 +222,8 @@ func benchmark(ctx context.Context, cfg *config, stdout, stderr io.Writer) error
 
 	r := &report{cfg: cfg, res: res, placement: placement, elapsed: elapsed, when: began}
 	r.writeText(stdout)
-	discard := cfg.quick && cfg.md == "" && cfg.svg == ""
-	if discard {
-		// Write the report anyway, where it does no harm, so that -quick
-		// exercises all of the runner.
-		cfg.md, cfg.svg = filepath.Join(tmp, "report.md"), filepath.Join(tmp, "plot.svg")
-	}
-	if cfg.svg != "" {
-		if err := benchkit.WriteFile(cfg.svg, r.writeSVG); err != nil {
-			return err
-		}
-	}
-	if cfg.md != "" {
-		if err := benchkit.WriteFile(cfg.md, r.writeMarkdown); err != nil {
-			return err
-		}
-	}
-	switch {
-	case discard:
-		fmt.Fprintln(stdout, "quick run: report and plot written to a temporary directory and discarded")
-	default:
-		for _, path := range []string{cfg.md, cfg.svg} {
-			if path != "" {
-				fmt.Fprintf(stdout, "wrote %s\n", path)
-			}
-		}
+	if err := benchkit.WriteReport(stdout, cfg.quick, tmp, cfg.md, cfg.svg, r.writeMarkdown, r.writeSVG); err != nil {
+		return err
 	}
 	if slices.Contains(cfg.apis, baseline) && res.failed(baseline) {
 		return fmt.Errorf("the %s baseline failed", baseline)

@@ -180,3 +180,34 @@ func WriteFile(path string, write func(io.Writer) error) error {
 	}
 	return f.Close()
 }
+
+// WriteReport writes a runner's Markdown report to md and its SVG plot to
+// svg, each if its path is not empty, and names on w what it wrote. A
+// quick run asked for neither writes both into the directory tmp anyway,
+// so that CI's quick pass exercises all of the runner, and discards them.
+func WriteReport(w io.Writer, quick bool, tmp, md, svg string, writeMD, writeSVG func(io.Writer) error) error {
+	discard := quick && md == "" && svg == ""
+	if discard {
+		md, svg = filepath.Join(tmp, "report.md"), filepath.Join(tmp, "plot.svg")
+	}
+	if svg != "" {
+		if err := WriteFile(svg, writeSVG); err != nil {
+			return err
+		}
+	}
+	if md != "" {
+		if err := WriteFile(md, writeMD); err != nil {
+			return err
+		}
+	}
+	if discard {
+		fmt.Fprintln(w, "quick run: report and plot written to a temporary directory and discarded")
+		return nil
+	}
+	for _, path := range []string{md, svg} {
+		if path != "" {
+			fmt.Fprintf(w, "wrote %s\n", path)
+		}
+	}
+	return nil
+}
