@@ -95,7 +95,7 @@ type Client struct {
 	busy  int     // slots with a call
 	links []*conn // per replica, as of the last send
 	out   [][][]byte
-	arena []byte
+	enc   encoder
 }
 
 // slot is one client identity and its core.
@@ -212,6 +212,7 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		free:    free,
 		links:   make([]*conn, n),
 		out:     make([][][]byte, n),
+		enc:     encoder{minSize: 16 << 10},
 	}
 	c.ctx, c.cancel = context.WithCancel(ctx)
 	c.ep = &endpoint{
@@ -473,7 +474,6 @@ func (c *Client) flush() {
 	for i := range c.links {
 		c.links[i] = ep.lookupLocked(link.Replica(uint64(i)))
 	}
-	arena := c.arena
 	noLink := 0
 	for _, s := range c.dirty {
 		s.dirty = false
@@ -491,12 +491,7 @@ func (c *Client) flush() {
 			)
 			for _, e := range rd.Messages {
 				if e.Msg != last {
-					if cap(arena)-len(arena) < 256 {
-						arena = make([]byte, 0, max(16<<10, cap(arena)))
-					}
-					start := len(arena)
-					arena = wire.Append(arena, e.Msg)
-					last, frame = e.Msg, arena[start:len(arena):len(arena)]
+					last, frame = e.Msg, c.enc.encode(e.Msg)
 				}
 				i := int(e.To.ID)
 				if e.To.Client || i >= c.n || c.links[i] == nil {
@@ -536,7 +531,6 @@ func (c *Client) flush() {
 		c.out[i] = c.out[i][:0]
 	}
 	ep.mu.Unlock()
-	c.arena = arena
 	clear(c.dirty)
 	c.dirty = c.dirty[:0]
 	if noLink > 0 {

@@ -9,7 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rubin-go/rubin/bft"
 	"github.com/rubin-go/rubin/bft/link"
+	"github.com/rubin-go/rubin/bft/wire"
 )
 
 // conn is one established link and its outbound queue. Frames are queued
@@ -111,6 +113,25 @@ func (c *conn) writer(log *slog.Logger, tooLarge func()) {
 			return
 		}
 	}
+}
+
+// An encoder encodes messages into frames carved from shared buffers, one
+// allocation for many messages rather than one each. A frame stays valid
+// for good: writers only read it, and the encoder never writes over a
+// frame it handed out.
+type encoder struct {
+	buf     []byte
+	minSize int // the size of a fresh buffer
+}
+
+// encode returns m's frame.
+func (e *encoder) encode(m bft.Message) []byte {
+	if cap(e.buf)-len(e.buf) < e.minSize/64 {
+		e.buf = make([]byte, 0, max(e.minSize, cap(e.buf)))
+	}
+	start := len(e.buf)
+	e.buf = wire.Append(e.buf, m)
+	return e.buf[start:len(e.buf):len(e.buf)]
 }
 
 // backoff is a capped exponential backoff with jitter.

@@ -117,11 +117,8 @@ type Replica struct {
 	routes      map[bft.ClientID]*conn
 	routesStale atomic.Bool
 
-	// Scratch of route, reused across Readies. arena's spare capacity is
-	// where the next frames are encoded: the bytes before len(arena) are
-	// frames that may still wait in the links' queues and are never
-	// written again.
-	arena   []byte
+	// Scratch of route, reused across Readies.
+	enc     encoder
 	batches map[*conn]int // index into out
 	out     []connBatch
 	sent    [len(typeNames)]int
@@ -207,6 +204,7 @@ func NewReplica(cfg ReplicaConfig) (*Replica, error) {
 		ready:   make(chan struct{}),
 		inbound: make(chan inbound, cfg.InboundQueue),
 		batches: make(map[*conn]int),
+		enc:     encoder{minSize: 32 << 10},
 		routes:  make(map[bft.ClientID]*conn),
 	}
 	lim := wire.Limits{MaxReplicas: n}
@@ -470,7 +468,6 @@ func (r *Replica) route(msgs []bft.Envelope) {
 		last  bft.Message
 		frame []byte
 	)
-	arena := r.arena
 	noLink := 0
 	ep := r.ep
 	ep.mu.Lock()
@@ -483,12 +480,7 @@ func (r *Replica) route(msgs []bft.Envelope) {
 		if e.Msg != last {
 			// The core expands a broadcast into consecutive envelopes;
 			// a message repeated later in the Ready is encoded again.
-			if cap(arena)-len(arena) < 512 {
-				arena = make([]byte, 0, max(32<<10, cap(arena)))
-			}
-			start := len(arena)
-			arena = wire.Append(arena, e.Msg)
-			last, frame = e.Msg, arena[start:len(arena):len(arena)]
+			last, frame = e.Msg, r.enc.encode(e.Msg)
 		}
 		i, ok := r.batches[c]
 		if !ok {
@@ -523,7 +515,6 @@ func (r *Replica) route(msgs []bft.Envelope) {
 		b.frames, b.types, b.c = b.frames[:0], b.types[:0], nil
 	}
 	ep.mu.Unlock()
-	r.arena = arena
 	r.out = r.out[:0]
 	clear(r.batches)
 	if noLink > 0 {
