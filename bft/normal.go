@@ -132,6 +132,7 @@ func (r *Replica) onPrepare(src ReplicaID, p *Prepare) error {
 		// sender is remembered (nil), so a retransmission of it is
 		// recognized as one.
 		e.prepares[src] = nil
+		r.lateVote(src, e)
 		return nil
 	}
 	if !r.cfg.Auth.Verify(src, p, p.Sig) {
@@ -184,8 +185,22 @@ func (r *Replica) onCommit(src ReplicaID, c *Commit) error {
 		return fmt.Errorf("%w: commit of replica %d for seq %d", ErrDuplicate, src, c.Seq)
 	}
 	e.commits[src] = c.Digest
+	r.lateVote(src, e)
 	r.checkCommitted(e)
 	return nil
+}
+
+// lateVote answers a first vote for a slot that committed here at least
+// FetchTicks ago: it comes from a replica that missed the slot's traffic
+// (its links were down when it went by) and is resending its own votes
+// because its execution stalls. A retransmission of a vote we already
+// counted is answered by the duplicate paths; this one is not a
+// duplicate, since its first sending never arrived. A vote that is merely
+// late (the slowest replica's, moments after the quorum) gets no answer.
+func (r *Replica) lateVote(src ReplicaID, e *entry) {
+	if e.committed && r.now-e.committedAt >= uint64(r.cfg.FetchTicks) {
+		r.answerLaggard(src, e)
+	}
 }
 
 // checkCommitted: prepared plus 2f+1 matching commits (own included) make
@@ -204,6 +219,7 @@ func (r *Replica) checkCommitted(e *entry) {
 		return
 	}
 	e.committed = true
+	e.committedAt = r.now
 	e.cView = e.view
 	e.cDigest = e.pp.Digest
 	e.batch = e.pp.Batch
@@ -256,7 +272,7 @@ func (r *Replica) execute(e *entry) {
 // links may lose messages, and without this every loss would cost a view
 // change. Receivers drop what they already counted (ErrDuplicate).
 func (r *Replica) tickResend() {
-	if r.nextSeq <= r.lastExec {
+	if !r.stalled() {
 		r.stallTimer = 0
 		return
 	}
@@ -265,6 +281,7 @@ func (r *Replica) tickResend() {
 		return
 	}
 	r.stallTimer = 0
+	resent := false
 	for s := r.lastExec + 1; s <= r.nextSeq && s-r.lastExec <= r.cfg.WatermarkWindow; s++ {
 		e := r.log[s]
 		if e == nil || e.view != r.view || e.pp == nil {
@@ -272,13 +289,36 @@ func (r *Replica) tickResend() {
 		}
 		if r.isPrimary() {
 			r.broadcast(e.pp)
+			resent = true
 		} else if p := e.prepares[r.id]; p != nil {
 			r.broadcast(p)
+			resent = true
 		}
 		if e.sentCommit {
 			r.broadcast(&Commit{View: e.view, Seq: s, Digest: e.pp.Digest, Replica: r.id})
+			resent = true
 		}
 	}
+	if !resent {
+		// Votes of others but no pre-prepare: we have nothing of our own
+		// whose retransmission would make the others answer, so we ask.
+		r.broadcast(&FetchState{Seq: r.lastExec, Replica: r.id})
+	}
+}
+
+// stalled reports whether this replica holds slots above what it
+// executed: pre-prepared ones, or only others' votes for them (it missed
+// the pre-prepare).
+func (r *Replica) stalled() bool {
+	if r.nextSeq > r.lastExec {
+		return true
+	}
+	for s, e := range r.log {
+		if s > r.lastExec && e.view == r.view {
+			return true
+		}
+	}
+	return false
 }
 
 // answerLaggard responds to a peer retransmitting votes for a slot we
@@ -289,13 +329,20 @@ func (r *Replica) answerLaggard(to ReplicaID, e *entry) {
 	if !e.committed || e.cView != r.view {
 		return
 	}
+	r.resendCommitted(to, 0)
+}
+
+// resendCommitted sends replica to this replica's own pre-prepare or
+// prepare, and commit, for every slot above seq it committed in this
+// view, in sequence order. At most once per FetchTicks per peer.
+func (r *Replica) resendCommitted(to ReplicaID, above uint64) {
 	if last, ok := r.lastAnswer[to]; ok && r.now-last < uint64(r.cfg.FetchTicks) {
 		return
 	}
 	r.lastAnswer[to] = r.now
 	seqs := make([]uint64, 0, len(r.log))
 	for s, e := range r.log {
-		if e.view == r.view && e.pp != nil && e.sentCommit {
+		if s > above && e.view == r.view && e.pp != nil && e.sentCommit {
 			seqs = append(seqs, s)
 		}
 	}

@@ -106,11 +106,12 @@ type entry struct {
 	sentCommit bool
 	// Kept across views: the highest-view prepared certificate (for view
 	// changes) and, once committed, the batch to execute.
-	cert      *PreparedCert
-	committed bool
-	cView     uint64
-	cDigest   Digest
-	batch     []Request
+	cert        *PreparedCert
+	committed   bool
+	committedAt uint64 // the tick it committed at
+	cView       uint64
+	cDigest     Digest
+	batch       []Request
 }
 
 // Ready is what a replica accumulated since the last call to Ready.

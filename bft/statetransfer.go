@@ -31,9 +31,11 @@ func (r *Replica) tickFetch() {
 }
 
 // onFetchState answers a replica that is behind: with our stable
-// checkpoint if it is beyond what the requester executed, and with the
-// new view of our view, so a replica that missed view changes (or
-// restarted) learns the view with proof. At most once per tick per peer.
+// checkpoint if it is beyond what the requester executed, with the new
+// view of our view, so a replica that missed view changes (or restarted)
+// learns the view with proof, and with our messages for the slots above
+// what it executed that we committed in this view (see tickResend). At
+// most once per tick per peer.
 func (r *Replica) onFetchState(m *FetchState) error {
 	if last, ok := r.lastServe[m.Replica]; ok && last == r.now {
 		return fmt.Errorf("%w: second fetch of replica %d in one tick", ErrDuplicate, m.Replica)
@@ -46,6 +48,9 @@ func (r *Replica) onFetchState(m *FetchState) error {
 	}
 	if r.lastNewView != nil && !r.viewChanging {
 		r.send(m.Replica, r.lastNewView)
+	}
+	if m.Seq < r.lastExec && !r.viewChanging {
+		r.resendCommitted(m.Replica, m.Seq)
 	}
 	return nil
 }
