@@ -60,6 +60,10 @@ func TestByzantine(t *testing.T) {
 		// view change.
 		{name: "SilentPrimary", seeds: seedRange(1300, 8), net: allNet,
 			setup: func(n *simnet.Net, _ *rand.Rand) { n.MakeByzantine(0, simnet.Silent(false)) }},
+		// The primary ignores one correct client's requests and serves
+		// the others: the backups' per-request timers replace it.
+		{name: "StarvingPrimary", seeds: seedRange(2300, 8), net: allNet,
+			setup: func(n *simnet.Net, _ *rand.Rand) { n.Starve(0, bft.ClientID(len(n.Clients))) }},
 		// The primary sends only to f backups: nothing can prepare.
 		{name: "PrimaryToFBackups", seeds: seedRange(1400, 8), net: allNet,
 			setup: func(n *simnet.Net, _ *rand.Rand) { n.MakeByzantine(0, simnet.OnlyToF()) }},

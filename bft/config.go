@@ -41,10 +41,13 @@ type Config struct {
 	// BatchTicks bounds how long a held-back, non-empty batch waits.
 	// Default 1.
 	BatchTicks int
-	// RequestTicks: a backup waiting this long for a request it holds to
-	// execute (with no execution progress meanwhile) starts a view change.
-	// Like ViewChangeTicks, it doubles with every view change that brings
-	// no execution, up to 16 times, until a request executes. Default 50.
+	// RequestTicks: a replica that has held a request this long (since
+	// it arrived, or since the current view began) without executing it
+	// starts a view change, however many other requests execute
+	// meanwhile; so does one whose log has slots that made no execution
+	// progress for this long. Like ViewChangeTicks, it doubles with every
+	// view change that brings no execution, up to 16 times, until a
+	// request executes. Default 50.
 	RequestTicks int
 	// ViewChangeTicks: a view change that has a quorum of view changes but
 	// no new view after this many ticks moves on to the next view; the

@@ -51,8 +51,12 @@ type Replica struct {
 	nextSeq    uint64 // highest sequence number assigned in this view
 	batchTimer int    // ticks a held-back batch has waited
 
-	// Backup request timer.
-	reqTimer int
+	// Request timers: reqTimer counts the ticks the log has stalled
+	// (slots above lastExec, no execution); viewSince is the tick the
+	// replica entered timedView, from which held requests are timed.
+	reqTimer  int
+	timedView uint64
+	viewSince uint64
 	// Retransmission timers: for slots that stall, and for our view change.
 	stallTimer int
 	vcResend   int
@@ -323,18 +327,9 @@ func (r *Replica) Tick() {
 			r.batchTimer = 0
 		}
 	}
-	if r.viewChanging {
-	} else if r.waiting() || r.nextSeq > r.lastExec {
-		// A primary whose own log stalls also votes for a new view:
-		// without it, a view where fewer than a quorum still take part
-		// (the others moved on) would wait forever.
-		r.reqTimer++
-		if r.reqTimer >= r.cfg.RequestTicks<<min(r.vcBackoff, maxBackoff) {
-			r.vcBackoff++
-			r.startViewChange(r.view + 1)
-		}
-	} else {
-		r.reqTimer = 0
+	if !r.viewChanging && r.tickRequestTimer() {
+		r.vcBackoff++
+		r.startViewChange(r.view + 1)
 	}
 	r.tickFetch()
 }

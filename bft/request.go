@@ -7,15 +7,23 @@ import "fmt"
 // backups keep it to time the primary and to hand it to a new primary.
 type pendingQueue struct {
 	byKey map[reqKey]*Request
+	// since is the tick each held request arrived at: the request timer
+	// runs from it (see overdue).
+	since map[reqKey]uint64
 	order []reqKey // arrival order; may name removed keys
 	bytes int      // sum of the held requests' op sizes
 }
 
-func (p *pendingQueue) init() { p.byKey = make(map[reqKey]*Request) }
+func (p *pendingQueue) init() {
+	p.byKey = make(map[reqKey]*Request)
+	p.since = make(map[reqKey]uint64)
+}
 
-func (p *pendingQueue) add(k reqKey, req *Request) {
+func (p *pendingQueue) add(k reqKey, req *Request, now uint64) {
 	if old, ok := p.byKey[k]; ok {
 		p.bytes -= len(old.Op)
+	} else {
+		p.since[k] = now
 	}
 	p.byKey[k] = req
 	p.bytes += len(req.Op)
@@ -26,10 +34,34 @@ func (p *pendingQueue) remove(k reqKey) {
 	if old, ok := p.byKey[k]; ok {
 		p.bytes -= len(old.Op)
 		delete(p.byKey, k)
+		delete(p.since, k)
 	}
 	if len(p.byKey) == 0 {
 		p.order = p.order[:0]
 	}
+}
+
+// oldestUnproposed returns the arrival tick of the oldest held request
+// that the current view's log does not hold, dropping on the way those a
+// state transfer or a later request of their client made stale; ok is
+// false if there is none. (A request in the log is the log timer's: it
+// waits for the slots before it, which execute in order.)
+func (r *Replica) oldestUnproposed() (since uint64, ok bool) {
+	p := &r.pending
+	for _, k := range p.order {
+		if _, held := p.byKey[k]; !held {
+			continue
+		}
+		if last := r.replies[k.client]; last != nil && k.ts <= last.Timestamp {
+			p.remove(k)
+			continue
+		}
+		if _, in := r.proposed[k]; in {
+			continue
+		}
+		return p.since[k], true
+	}
+	return 0, false
 }
 
 // compact drops removed keys from order once they dominate it, keeping the
@@ -108,7 +140,7 @@ func (r *Replica) onRequest(req *Request, fromClient, authFirst bool) error {
 	if len(r.pending.byKey) >= r.cfg.MaxPending {
 		return fmt.Errorf("%w: %d requests pending", ErrFull, len(r.pending.byKey))
 	}
-	r.pending.add(k, req)
+	r.pending.add(k, req, r.now)
 	switch {
 	case r.viewChanging:
 		// Held for the next primary.
@@ -120,15 +152,39 @@ func (r *Replica) onRequest(req *Request, fromClient, authFirst bool) error {
 	return nil
 }
 
-// waiting reports whether a backup expects the primary to make progress:
-// it holds a request or an accepted pre-prepare not yet executed. A
-// replica behind a known stable checkpoint waits for state, not for the
-// primary.
-func (r *Replica) waiting() bool {
+// tickRequestTimer runs the timers by which a replica judges the
+// primary, and reports whether one expired: the log timer, while slots
+// above lastExec wait (reset whenever a batch executes), and the timer of
+// each held request the log does not hold, from when it arrived or the
+// view was entered, whichever is later (not reset by the execution of
+// other requests, so a primary that serves every client but one is
+// replaced, as in PBFT; a request in the log is covered by the log timer,
+// so a replica that executes more slowly than the others does not time
+// requests the primary did propose). A
+// primary whose own log stalls votes for a new view too: without it, a
+// view where fewer than a quorum still take part (the others moved on)
+// would wait forever. A replica behind a known stable checkpoint waits for
+// state, not for the primary, so its requests are not timed meanwhile.
+// Both timeouts are RequestTicks, doubled for each view change without
+// execution since, up to 16 times.
+func (r *Replica) tickRequestTimer() bool {
+	if r.view != r.timedView {
+		r.timedView, r.viewSince = r.view, r.now
+	}
+	limit := uint64(r.cfg.RequestTicks) << min(r.vcBackoff, maxBackoff)
+	if r.nextSeq > r.lastExec {
+		r.reqTimer++
+		if uint64(r.reqTimer) >= limit {
+			return true
+		}
+	} else {
+		r.reqTimer = 0
+	}
 	if r.target > r.lastExec {
 		return false
 	}
-	return len(r.pending.byKey) > 0 || r.nextSeq > r.lastExec
+	since, ok := r.oldestUnproposed()
+	return ok && r.now-max(since, r.viewSince) >= limit
 }
 
 // propose assigns sequence numbers to held requests. With fewer than

@@ -23,6 +23,9 @@ type Adversary struct {
 	Rand      *rand.Rand
 	Behaviors []Behavior
 	Injectors []func(a *Adversary)
+	// Ignore, if set, decides which arriving packets the replica never
+	// sees (its core does not step them).
+	Ignore func(p Packet) bool
 
 	sent          []bft.Envelope // recent envelopes it sent (ring)
 	heard         []Packet       // recent packets it received (ring)
@@ -223,6 +226,19 @@ func Repropose() Behavior {
 		a.reissued[k] = alt
 		return []bft.Envelope{{To: e.To, Msg: alt}}
 	}
+}
+
+// Starve makes replica id ignore every request of client (from the
+// client or forwarded by a replica) while serving everyone else: as
+// primary it never proposes that client's requests, yet keeps executing
+// the others', so only a timer per request can replace it.
+func (n *Net) Starve(id bft.ReplicaID, client bft.ClientID) *Adversary {
+	a := n.MakeByzantine(id)
+	a.Ignore = func(p Packet) bool {
+		r, ok := p.Msg.(*bft.Request)
+		return ok && r.Client == client
+	}
+	return a
 }
 
 // Silent drops everything while the replica is primary (or always, if

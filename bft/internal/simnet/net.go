@@ -319,6 +319,9 @@ func (n *Net) deliver(p Packet) {
 			return
 		}
 		if a := n.adv[bft.ReplicaID(i)]; a != nil {
+			if a.Ignore != nil && a.Ignore(p) {
+				return
+			}
 			a.hear(p)
 		}
 		err = n.Replicas[i].Step(p.From, p.Msg)
