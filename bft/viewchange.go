@@ -195,7 +195,6 @@ func (r *Replica) onNewView(nv *NewView) error {
 	if nv.View == 0 || nv.Replica != r.primary(nv.View) {
 		return fmt.Errorf("%w: new view %d from replica %d, not its primary", ErrForged, nv.View, nv.Replica)
 	}
-	r.notePeerView(nv.Replica, nv.View)
 	if nv.View < r.view || (nv.View == r.view && !r.viewChanging) {
 		return fmt.Errorf("%w: new view %d, replica in view %d", ErrStale, nv.View, r.view)
 	}
@@ -231,6 +230,9 @@ func (r *Replica) onNewView(nv *NewView) error {
 			return fmt.Errorf("%w: new view %d pre-prepare signature for seq %d", ErrForged, nv.View, got.Seq)
 		}
 	}
+	// Only a verified new view shows where its primary is: a forged
+	// claim recorded would leave this replica believing it is behind.
+	r.notePeerView(nv.Replica, nv.View)
 	r.enterView(nv, minS, minCert)
 	return nil
 }
