@@ -40,6 +40,12 @@ type chaos struct {
 	partition                 bool // cut one replica (or a chosen one) off for a while
 	partitionVictim           int  // -1: a random correct replica
 	crash                     bool // crash one correct replica and restart it empty
+	// lag: a correct replica misses every normal-case message and state
+	// transfer for a while (it still hears checkpoints, so it learns of
+	// certified checkpoints above its state), then prepares again, still
+	// without its state or commits, in the window above those
+	// checkpoints; the partition, if any, cuts off another replica then.
+	lag bool
 }
 
 var allNet = chaos{loss: true, dup: true, delay: true, reorder: true, partition: true, partitionVictim: -1}
@@ -163,7 +169,31 @@ func runSchedule(t *testing.T, test string, fam family, seed uint64) {
 		crashAt = rng.IntN(ticks / 2)
 		restartAt = crashAt + 20 + rng.IntN(ticks) // maybe only at healing
 	}
+	lagFrom, lagMid, lagTo, lagger := -1, -1, -1, -1
+	if c.lag {
+		for lagger = correct(); lagger == cut; lagger = correct() {
+		}
+		lagFrom = rng.IntN(ticks / 3)
+		lagMid = lagFrom + 40 + rng.IntN(ticks/3)
+		lagTo = lagMid + 20 + rng.IntN(ticks/3)
+		if c.partition {
+			// Another replica misses what the laggard votes for.
+			cutFrom = lagMid + rng.IntN(10)
+			cutTo = cutFrom + 20 + rng.IntN(ticks/3)
+		}
+	}
 	for k := 0; k < ticks; k++ {
+		switch k {
+		case lagFrom:
+			n.Drop = lagDrop(lagger, true)
+			n.Note("replica %d lags: no normal-case messages, no state", lagger)
+		case lagMid:
+			n.Drop = lagDrop(lagger, false)
+			n.Note("replica %d takes part again, still without state and commits", lagger)
+		case lagTo:
+			n.Drop = nil
+			n.Note("replica %d may fetch state again", lagger)
+		}
 		switch k {
 		case cutFrom:
 			v := bft.ToReplica(bft.ReplicaID(cut))
@@ -219,6 +249,25 @@ func runSchedule(t *testing.T, test string, fam family, seed uint64) {
 		}
 	}
 	t.Logf("seed %d: %d ticks, %d results, view %d, %d view changes, worst latency after healing %d ticks, errors %v", seed, n.Now, n.Check.Accepted, view, vcs, lat, n.Errors)
+}
+
+// lagDrop loses every state transfer and commit to replica v and, if
+// all, its pre-prepares and prepares too: without commits it prepares
+// but does not commit, so only its certificates keep what it voted for.
+func lagDrop(v int, all bool) func(from, to bft.Target, m bft.Message) bool {
+	t := bft.ToReplica(bft.ReplicaID(v))
+	return func(from, to bft.Target, m bft.Message) bool {
+		if to != t {
+			return false
+		}
+		switch m.(type) {
+		case *bft.State, *bft.Commit:
+			return true
+		case *bft.PrePrepare, *bft.Prepare:
+			return all
+		}
+		return false
+	}
 }
 
 // TestSim: randomized schedules with crash faults and an unreliable

@@ -15,10 +15,19 @@ func (r *Replica) startViewChange(w uint64) {
 	r.viewChanging = true
 	r.nvSent = false
 	r.reqTimer, r.vcTimer, r.batchTimer, r.vcResend = 0, 0, 0, 0
-	vc := &ViewChange{View: w, StableSeq: r.low, Stable: r.lowCert, Replica: r.id}
+	// The stable checkpoint reported is the highest certified one this
+	// replica knows (target), not the one it holds the state of (low):
+	// it accepts and votes in (target, target+L] too, and every
+	// certificate it holds above target fits the window verifiers allow
+	// above the reported checkpoint, which covers all below it. So every
+	// correct member of a prepared quorum reports the certificate or a
+	// checkpoint above it, as PBFT's safety argument needs. The
+	// checkpoint's certificate is proof enough; a replica lacking its
+	// state fetches it.
+	vc := &ViewChange{View: w, StableSeq: r.target, Stable: r.targetCert, Replica: r.id}
 	seqs := make([]uint64, 0, len(r.log))
 	for s, e := range r.log {
-		if e.cert != nil && s > r.low && s-r.low <= r.cfg.WatermarkWindow {
+		if e.cert != nil && s > r.target {
 			seqs = append(seqs, s)
 		}
 	}

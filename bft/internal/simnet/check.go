@@ -197,7 +197,7 @@ func (n *Net) LoadLive(more, bound int, op func(c, k int) []byte) (maxLatency ui
 // Heal stops every network fault: no loss, duplication, delay,
 // reordering or partition. Byzantine replicas and clients stay.
 func (n *Net) Heal() {
-	n.DropRate, n.DupRate, n.MaxDelay, n.Reorder, n.Block = 0, 0, 0, false, nil
+	n.DropRate, n.DupRate, n.MaxDelay, n.Reorder, n.Block, n.Drop = 0, 0, 0, false, nil, nil
 	n.Note("network healed")
 }
 

@@ -79,12 +79,15 @@ type Net struct {
 	Rand     *rand.Rand
 
 	// Faults.
-	DropRate  float64 // probability a packet is lost
-	DupRate   float64 // probability a packet is delivered twice
-	MaxDelay  int     // packets take 0..MaxDelay ticks
-	Reorder   bool    // deliver packets due together in random order
-	Crashed   []bool  // a crashed replica sends, receives and ticks nothing
-	Block     func(from, to bft.Target) bool
+	DropRate float64 // probability a packet is lost
+	DupRate  float64 // probability a packet is delivered twice
+	MaxDelay int     // packets take 0..MaxDelay ticks
+	Reorder  bool    // deliver packets due together in random order
+	Crashed  []bool  // a crashed replica sends, receives and ticks nothing
+	Block    func(from, to bft.Target) bool
+	// Drop loses the packets it returns true for: a partition that lets
+	// some kinds of messages through.
+	Drop      func(from, to bft.Target, m bft.Message) bool
 	Byzantine func(from bft.ReplicaID, e bft.Envelope) []bft.Envelope
 	// OnTick runs at the start of every Tick, before deliveries: for
 	// injecting traffic (Byzantine clients, replays).
@@ -219,6 +222,9 @@ func (n *Net) enqueue(from bft.Target, e bft.Envelope) {
 		}
 	}
 	if n.Block != nil && n.Block(from, e.To) {
+		return
+	}
+	if n.Drop != nil && n.Drop(from, e.To, e.Msg) {
 		return
 	}
 	if n.DropRate > 0 && n.Rand.Float64() < n.DropRate {

@@ -1,0 +1,61 @@
+package simnet
+
+import "github.com/rubin-go/rubin/bft"
+
+// OmitCertificates sends the replica's view changes without any of its
+// prepared certificates (validly signed by itself): the one lie about a
+// view change nobody can detect, since a replica may have prepared
+// nothing. A new view must still keep every committed request, from the
+// correct replicas' view changes.
+func OmitCertificates() Behavior {
+	return func(a *Adversary, e bft.Envelope) []bft.Envelope {
+		vc, ok := e.Msg.(*bft.ViewChange)
+		if !ok || len(vc.Prepared) == 0 {
+			return []bft.Envelope{e}
+		}
+		lie := *vc
+		lie.Prepared = nil
+		lie.Sig = a.sign(&lie)
+		return []bft.Envelope{{To: e.To, Msg: &lie}}
+	}
+}
+
+// Accomplice makes the replica prepare and commit (validly signed) every
+// pre-prepare it hears, in the normal case or in a new view, whatever its
+// own log holds: the most a single Byzantine vote can do to help a
+// conflicting batch commit.
+func Accomplice() func(a *Adversary) {
+	seen := 0
+	return func(a *Adversary) {
+		if a.nHeard-seen > advRing {
+			seen = a.nHeard - advRing
+		}
+		for ; seen < a.nHeard; seen++ {
+			p := a.heard[seen%advRing]
+			if p.From.Client {
+				continue
+			}
+			switch m := p.Msg.(type) {
+			case *bft.PrePrepare:
+				a.voteFor(m)
+			case *bft.NewView:
+				for i := range m.PrePrepares {
+					a.voteFor(&m.PrePrepares[i])
+				}
+			}
+		}
+	}
+}
+
+func (a *Adversary) voteFor(pp *bft.PrePrepare) {
+	if uint64(a.ID) == pp.View%uint64(a.Net.N) {
+		return // the primary sends no prepare
+	}
+	p := &bft.Prepare{View: pp.View, Seq: pp.Seq, Digest: pp.Digest, Replica: a.ID}
+	p.Sig = a.sign(p)
+	c := &bft.Commit{View: pp.View, Seq: pp.Seq, Digest: pp.Digest, Replica: a.ID}
+	for i := 0; i < a.Net.N; i++ {
+		a.Send(bft.ReplicaID(i), p)
+		a.Send(bft.ReplicaID(i), c)
+	}
+}
