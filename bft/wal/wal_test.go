@@ -1,0 +1,362 @@
+package wal
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+func batch(i, n int) [][]byte {
+	var recs [][]byte
+	for j := 0; j < n; j++ {
+		recs = append(recs, []byte(fmt.Sprintf("batch %d record %d %s", i, j, bytes.Repeat([]byte{byte(i)}, j*7))))
+	}
+	return recs
+}
+
+func open(t *testing.T, dir string) (*Log, *Recovered) {
+	t.Helper()
+	l, rec, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	return l, rec
+}
+
+// write appends batches 0..n-1 and closes the log.
+func write(t *testing.T, dir string, n int) {
+	t.Helper()
+	l, _ := open(t, dir)
+	for i := 0; i < n; i++ {
+		if err := l.Append(batch(i, 1+i%4)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Close()
+}
+
+// check says whether rec holds exactly batches 0..n-1.
+func check(t *testing.T, rec *Recovered, n int) {
+	t.Helper()
+	if len(rec.Batches) != n {
+		t.Fatalf("recovered %d batches, want %d", len(rec.Batches), n)
+	}
+	for i, b := range rec.Batches {
+		want := batch(i, 1+i%4)
+		if len(b) != len(want) {
+			t.Fatalf("batch %d: %d records, want %d", i, len(b), len(want))
+		}
+		for j := range b {
+			if !bytes.Equal(b[j], want[j]) {
+				t.Fatalf("batch %d record %d differs", i, j)
+			}
+		}
+	}
+}
+
+func TestReopen(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, 5)
+	l, rec := open(t, dir)
+	check(t, rec, 5)
+	if err := l.Append(batch(5, 2)); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	_, rec = open(t, dir)
+	check(t, rec, 6)
+}
+
+// fourBatches writes batches 0..3 and returns the log's name, its bytes
+// and the bytes of batches 0..2 alone: everything before the last frame.
+func fourBatches(t *testing.T) (dir, name string, full, prefix []byte) {
+	dir = t.TempDir()
+	write(t, dir, 4)
+	name = walName(dir, 0)
+	full, _ = os.ReadFile(name)
+	dir3 := t.TempDir()
+	write(t, dir3, 3)
+	prefix, _ = os.ReadFile(walName(dir3, 0))
+	return dir, name, full, prefix
+}
+
+// TestTornTail cuts the file at every offset inside the last frame: Open
+// returns the batches before it, cuts the rest, and appends after the
+// cut are recovered.
+func TestTornTail(t *testing.T) {
+	dir, name, full, prefix := fourBatches(t)
+	if !bytes.Equal(full[:len(prefix)], prefix) {
+		t.Fatal("logs of the same batches differ")
+	}
+	for cut := len(prefix); cut < len(full); cut++ {
+		if err := os.WriteFile(name, full[:cut], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		l, rec := open(t, dir)
+		check(t, rec, 3)
+		if rec.Cut != int64(cut-len(prefix)) {
+			t.Fatalf("cut at %d: Cut = %d, want %d", cut, rec.Cut, cut-len(prefix))
+		}
+		if err := l.Append(batch(3, 1+3%4)); err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+		_, rec = open(t, dir)
+		check(t, rec, 4)
+	}
+}
+
+// TestZeroedTail: a crash after the file grew but before its pages were
+// written leaves zeros; they are cut like a torn frame.
+func TestZeroedTail(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, 3)
+	f, _ := os.OpenFile(walName(dir, 0), os.O_APPEND|os.O_WRONLY, 0)
+	f.Write(make([]byte, 4096))
+	f.Close()
+	_, rec := open(t, dir)
+	check(t, rec, 3)
+	if rec.Cut != 4096 {
+		t.Fatalf("Cut = %d, want 4096", rec.Cut)
+	}
+}
+
+// TestBitFlips flips one bit of every byte of the log in turn (bit i mod
+// 8 of byte i): a flip in the last frame cuts that frame; a flip in any
+// earlier frame is ErrCorrupt. No flip ever yields a batch that was not
+// written.
+func TestBitFlips(t *testing.T) {
+	dir, name, full, prefix := fourBatches(t)
+	b := make([]byte, len(full))
+	for i := 0; i < len(full); i++ {
+		copy(b, full)
+		b[i] ^= 1 << (i % 8)
+		if err := os.WriteFile(name, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		l, rec, err := Open(dir, Options{})
+		if i < len(prefix) {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("bit %d (before the last frame) flipped: err = %v, want ErrCorrupt", i, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("bit %d (in the last frame) flipped: %v", i, err)
+		}
+		l.Close()
+		check(t, rec, 3)
+	}
+}
+
+func TestSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, 3)
+	l, _ := open(t, dir)
+	if err := l.Snapshot([]byte("state one")); err != nil {
+		t.Fatal(err)
+	}
+	l.Append(batch(0, 1))
+	if err := l.Snapshot([]byte("state two")); err != nil {
+		t.Fatal(err)
+	}
+	l.Append(batch(0, 1))
+	l.Append(batch(1, 2))
+	l.Close()
+	l, rec := open(t, dir)
+	l.Close()
+	if string(rec.Snapshot) != "state two" {
+		t.Fatalf("snapshot %q", rec.Snapshot)
+	}
+	check(t, rec, 2)
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 2 {
+		t.Fatalf("%d files left, want snap-2 and wal-2: %v", len(ents), ents)
+	}
+}
+
+// TestSnapshotCrash: what a crash inside Snapshot can leave behind.
+func TestSnapshotCrash(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, 2)
+	// Crash before the rename: a temporary file; the old state holds.
+	os.WriteFile(snapName(dir, 1)+".tmp", []byte("partial"), 0o644)
+	l, rec := open(t, dir)
+	check(t, rec, 2)
+	if rec.Snapshot != nil {
+		t.Fatal("a temporary snapshot was used")
+	}
+	// Crash after the rename, before the new log exists and the old one
+	// is removed: the new snapshot with an empty log.
+	if err := l.writeFile(snapName(dir, 1), []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	l, rec = open(t, dir)
+	l.Close()
+	if string(rec.Snapshot) != "new" || len(rec.Batches) != 0 {
+		t.Fatalf("snapshot %q, %d batches; want the new snapshot and none", rec.Snapshot, len(rec.Batches))
+	}
+	if _, err := os.Stat(walName(dir, 0)); !os.IsNotExist(err) {
+		t.Fatal("the old log was not removed")
+	}
+}
+
+func TestCorruptSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	l, _ := open(t, dir)
+	l.Snapshot([]byte("some state"))
+	l.Close()
+	b, _ := os.ReadFile(snapName(dir, 1))
+	for i := range b {
+		c := bytes.Clone(b)
+		c[i] ^= 0x10
+		os.WriteFile(snapName(dir, 1), c, 0o644)
+		if _, _, err := Open(dir, Options{}); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("byte %d of the snapshot flipped: err = %v, want ErrCorrupt", i, err)
+		}
+	}
+	os.WriteFile(snapName(dir, 1), b[:len(b)-1], 0o644)
+	if _, _, err := Open(dir, Options{}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("truncated snapshot: err = %v, want ErrCorrupt", err)
+	}
+}
+
+// faulty fails its writes or fsyncs with err once armed.
+type faulty struct {
+	File
+	failWrite, failSync *bool
+	err                 error
+}
+
+func (f faulty) Write(p []byte) (int, error) {
+	if *f.failWrite {
+		n, _ := f.File.Write(p[:len(p)/2]) // a partial write, as a full disk leaves
+		return n, f.err
+	}
+	return f.File.Write(p)
+}
+
+func (f faulty) Sync() error {
+	if *f.failSync {
+		return f.err
+	}
+	return f.File.Sync()
+}
+
+// TestWriteAndSyncFailures: after a failed write (ENOSPC) or fsync (EIO)
+// the log refuses everything, and a reopen recovers exactly the batches
+// whose Append returned nil.
+func TestWriteAndSyncFailures(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		write, sync bool
+		err         error
+	}{
+		{"enospc", true, false, syscall.ENOSPC},
+		{"fsync", false, true, syscall.EIO},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			var fw, fs bool
+			l, _, err := Open(dir, Options{Wrap: func(f File) File { return faulty{f, &fw, &fs, tc.err} }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 3; i++ {
+				if err := l.Append(batch(i, 1+i%4)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			fw, fs = tc.write, tc.sync
+			err = l.Append(batch(3, 2))
+			if !errors.Is(err, ErrIO) || !errors.Is(err, tc.err) {
+				t.Fatalf("append on a failing file: %v, want ErrIO wrapping %v", err, tc.err)
+			}
+			fw, fs = false, false
+			if err := l.Append(batch(3, 2)); !errors.Is(err, ErrBroken) {
+				t.Fatalf("append after a failure: %v, want ErrBroken", err)
+			}
+			if err := l.Snapshot([]byte("x")); !errors.Is(err, ErrBroken) {
+				t.Fatalf("snapshot after a failure: %v, want ErrBroken", err)
+			}
+			l.Close()
+			_, rec := open(t, dir)
+			if tc.write {
+				check(t, rec, 3)
+			} else if n := len(rec.Batches); n != 3 && n != 4 {
+				// The failed fsync's data may or may not have reached
+				// the disk; either way nothing else is there.
+				t.Fatalf("%d batches after a failed fsync", n)
+			}
+		})
+	}
+}
+
+// TestFullDisk fills a real 64 KiB tmpfs: Append fails with ENOSPC, the
+// log stays broken, and a reopen (after space is freed) recovers every
+// batch acknowledged before. Needs root for the mount; skipped otherwise.
+func TestFullDisk(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("mount tmpfs: %v: %s", err, out)
+	}
+	defer exec.Command("umount", dir).Run()
+	data := filepath.Join(dir, "data")
+	l, _ := open(t, data)
+	big := [][]byte{bytes.Repeat([]byte("x"), 3000)}
+	acked := 0
+	var err error
+	for i := 0; i < 100; i++ {
+		if err = l.Append(big); err != nil {
+			break
+		}
+		acked++
+	}
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("filling the disk: %v after %d batches, want ENOSPC", err, acked)
+	}
+	if err := l.Append([][]byte{[]byte("small")}); !errors.Is(err, ErrBroken) {
+		t.Fatalf("append after ENOSPC: %v, want ErrBroken", err)
+	}
+	l.Close()
+	l, rec := open(t, data)
+	l.Close()
+	if len(rec.Batches) != acked {
+		t.Fatalf("recovered %d batches, %d were acknowledged", len(rec.Batches), acked)
+	}
+}
+
+func FuzzOpen(f *testing.F) {
+	dir := f.TempDir()
+	l, _, _ := Open(dir, Options{})
+	l.Append(batch(1, 3))
+	l.Append(batch(2, 1))
+	l.Close()
+	seed, _ := os.ReadFile(walName(dir, 0))
+	f.Add(seed)
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d := t.TempDir()
+		os.WriteFile(walName(d, 0), b, 0o644)
+		l, rec, err := Open(d, Options{MaxFrame: 1 << 20})
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error not ErrCorrupt: %v", err)
+			}
+			return
+		}
+		defer l.Close()
+		if rec.Cut < 0 || rec.Cut > int64(len(b)) {
+			t.Fatalf("Cut %d of %d bytes", rec.Cut, len(b))
+		}
+	})
+}
