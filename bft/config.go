@@ -65,6 +65,13 @@ type Config struct {
 	// executed nor proposed. Default 4*MaxBatch.
 	MaxPending int
 
+	// Persist makes Ready list what the driver must make durable before
+	// it sends (Ready.Persist, Ready.Snapshot), so a replica that
+	// restarts recovers its view, votes, log and state (Recover). Without
+	// it a replica keeps nothing across a restart and rejoins empty,
+	// through state transfer.
+	Persist bool
+
 	App  App
 	Auth Authenticator
 }

@@ -17,13 +17,23 @@
 //  2. calls Tick at a fixed period (a few to tens of milliseconds: with the
 //     default BatchTicks of 1 the tick is the batching delay, and
 //     RequestTicks and ViewChangeTicks of 50 are the view-change timeouts);
-//  3. after Step or Tick, when HasReady, calls Ready and sends
-//     Ready.Messages in order. Nothing needs to be made durable before
-//     sending: this PBFT keeps no persistent state; a replica that restarts
-//     empty recovers by state transfer. Ready.Committed reports batches
+//  3. after Step or Tick, when HasReady, calls Ready and handles it in
+//     etcd raft's order: persist, then send, then apply. With
+//     Config.Persist it first makes Ready.Snapshot, or else
+//     Ready.Persist, durable (written and synced); it sends
+//     Ready.Messages in order only after that, and stops without
+//     sending if it cannot persist. Ready.Committed reports batches
 //     already executed through App (synchronously, inside Step or Tick),
 //     in sequence order; after a state transfer it skips the sequence
-//     numbers the restored checkpoint covers.
+//     numbers the restored checkpoint covers. Execution before the
+//     records are durable is safe: the application state is as volatile
+//     as the core's, and the replies that make a result visible are
+//     Messages;
+//  4. on restart, with Config.Persist, calls Recover on a fresh replica
+//     with the latest Snapshot and the Persist records since, before
+//     anything else. Without Config.Persist a replica that restarts
+//     empty recovers by state transfer, which works while at most f
+//     replicas lose their state at once.
 //
 // Step's error, when non-nil, says why the message was dropped; it wraps
 // one of the Err sentinels (see errors.go). Stale, duplicate and

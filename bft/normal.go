@@ -93,6 +93,7 @@ func (r *Replica) onPrePrepare(src ReplicaID, pp *PrePrepare) error {
 // then prepares it.
 func (r *Replica) acceptPrePrepare(e *entry, pp *PrePrepare) {
 	e.pp = pp
+	r.persist(RecPrePrepare, pp)
 	if pp.Seq > r.nextSeq {
 		r.nextSeq = pp.Seq
 	}
@@ -105,6 +106,7 @@ func (r *Replica) acceptPrePrepare(e *entry, pp *PrePrepare) {
 		p := &Prepare{View: pp.View, Seq: pp.Seq, Digest: pp.Digest, Replica: r.id}
 		p.Sig = r.cfg.Auth.Sign(p)
 		e.prepares[r.id] = p
+		r.persist(RecPrepare, p)
 		r.broadcast(p)
 	}
 	r.checkPrepared(e)
@@ -146,8 +148,23 @@ func (r *Replica) onPrepare(src ReplicaID, p *Prepare) error {
 // checkPrepared: a pre-prepare and 2f matching prepares from distinct
 // backups make the slot prepared; the replica then commits.
 func (r *Replica) checkPrepared(e *entry) {
-	if e.prepared || e.pp == nil {
+	if !r.sealPrepared(e) {
 		return
+	}
+	c := &Commit{View: e.view, Seq: e.seq, Digest: e.pp.Digest, Replica: r.id}
+	e.commits[r.id] = c.Digest
+	e.sentCommit = true
+	r.persistVotes(e, c)
+	r.broadcast(c)
+	r.checkCommitted(e)
+}
+
+// sealPrepared makes slot e prepared, with its certificate, if its
+// pre-prepare has 2f matching prepares from distinct backups; it reports
+// whether the slot just prepared.
+func (r *Replica) sealPrepared(e *entry) bool {
+	if e.prepared || e.pp == nil {
+		return false
 	}
 	prim := r.primary(e.view)
 	var match []Prepare
@@ -157,18 +174,14 @@ func (r *Replica) checkPrepared(e *entry) {
 		}
 	}
 	if len(match) < r.q-1 {
-		return
+		return false
 	}
 	// Keep exactly 2f prepares, ordered, so certificates are small and
 	// identical inputs give identical messages.
 	sort.Slice(match, func(i, j int) bool { return match[i].Replica < match[j].Replica })
 	e.prepared = true
 	e.cert = &PreparedCert{PrePrepare: *e.pp, Prepares: match[:r.q-1]}
-	c := &Commit{View: e.view, Seq: e.seq, Digest: e.pp.Digest, Replica: r.id}
-	e.commits[r.id] = c.Digest
-	e.sentCommit = true
-	r.broadcast(c)
-	r.checkCommitted(e)
+	return true
 }
 
 func (r *Replica) onCommit(src ReplicaID, c *Commit) error {
@@ -223,6 +236,7 @@ func (r *Replica) checkCommitted(e *entry) {
 	e.cView = e.view
 	e.cDigest = e.pp.Digest
 	e.batch = e.pp.Batch
+	r.persist(RecCommitted, &Commit{View: e.cView, Seq: e.seq, Digest: e.cDigest, Replica: r.id})
 	r.tryExecute()
 }
 

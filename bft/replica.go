@@ -84,6 +84,7 @@ type Replica struct {
 	lastServe  map[ReplicaID]uint64
 
 	// Output.
+	durable    []Record // to persist before out is sent (see persist.go)
 	out        []Envelope
 	committed  []Committed
 	lastStable uint64 // Stable reported in the last Ready
@@ -119,7 +120,28 @@ type entry struct {
 }
 
 // Ready is what a replica accumulated since the last call to Ready.
+//
+// With Config.Persist the driver handles it in this order: persist, then
+// send, then apply. It makes Snapshot (if set) or else Persist durable
+// (written and synced to stable storage); only then does it send
+// Messages; then it reports Committed. A driver that cannot persist
+// (a full disk, a failed fsync) must stop without sending: Messages hold
+// votes whose record would otherwise be lost, and a replica that forgot
+// a vote could vote differently after a restart. On restart the driver
+// gives Recover the latest Snapshot and every Persist since, in order.
 type Ready struct {
+	// Persist lists what must be durable before Messages are sent: the
+	// view this replica moved to (its view change) or entered (the new
+	// view), the pre-prepares it accepted, with their batches, the votes
+	// it sent and the prepares of the certificates it formed, and the
+	// slots that committed here. Empty without Config.Persist.
+	Persist []Record
+	// Snapshot, set when the stable checkpoint moved (only with
+	// Config.Persist), replaces everything persisted before: the stable
+	// checkpoint with its certificate, application snapshot and reply
+	// cache, and the records still needed above it. Persist is empty
+	// then: Snapshot holds it.
+	Snapshot *Snapshot
 	// Messages to send, in order. The core expands broadcasts into one
 	// envelope per other replica. Messages may share pointers; treat them
 	// as immutable.
@@ -336,16 +358,16 @@ func (r *Replica) Tick() {
 
 // HasReady reports whether Ready has anything new.
 func (r *Replica) HasReady() bool {
-	return len(r.out) > 0 || len(r.committed) > 0 || r.low != r.lastStable
+	return len(r.out) > 0 || len(r.committed) > 0 || r.low != r.lastStable || len(r.durable) > 0
 }
 
 // Ready returns what accumulated since the last call and clears it. The
-// driver sends Messages in order (nothing needs to be persisted first:
-// this PBFT keeps no durable state; a restarted replica recovers by state
-// transfer) and may hand Committed to the application layer, e.g. to
-// answer clients waiting on a local replica.
+// driver persists Persist or Snapshot (with Config.Persist), then sends
+// Messages in order, then may hand Committed to the application layer,
+// e.g. to answer clients waiting on a local replica.
 func (r *Replica) Ready() Ready {
 	rd := Ready{Messages: r.out, Committed: r.committed, Stable: r.low}
+	rd.Persist, rd.Snapshot = r.takeDurable()
 	r.out, r.committed = nil, nil
 	r.lastStable = r.low
 	return rd

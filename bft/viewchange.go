@@ -43,6 +43,7 @@ func (r *Replica) startViewChange(w uint64) {
 		}
 	}
 	r.vcs[r.id] = vc
+	r.persist(RecViewChange, vc)
 	r.broadcast(vc)
 	r.dropFuture(func(v uint64) bool { return v < w })
 	r.checkViewChanges()
@@ -249,6 +250,7 @@ func (r *Replica) onNewView(nv *NewView) error {
 // enterView installs a verified new view: its stable checkpoint, its
 // pre-prepares (which backups prepare), then the messages buffered for it.
 func (r *Replica) enterView(nv *NewView, minS uint64, minCert []Checkpoint) {
+	r.persist(RecNewView, nv)
 	r.view = nv.View
 	r.viewChanging = false
 	// vcBackoff stays: as in PBFT, the doubled timeout holds until a

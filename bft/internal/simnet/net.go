@@ -75,8 +75,11 @@ type Net struct {
 	// Executed is what each replica reported executing since it started
 	// (or restarted).
 	Executed [][]bft.Committed
-	Now      uint64
-	Rand     *rand.Rand
+	// Disks holds what each replica persisted (Config.Persist), for
+	// Recover.
+	Disks []Disk
+	Now   uint64
+	Rand  *rand.Rand
 
 	// Faults.
 	DropRate float64 // probability a packet is lost
@@ -263,6 +266,7 @@ func (n *Net) collect() {
 			continue
 		}
 		rd := r.Ready()
+		n.store(i, &rd)
 		for _, c := range rd.Committed {
 			n.Executed[i] = append(n.Executed[i], c)
 			if n.Faulty[i] {

@@ -1,0 +1,40 @@
+package simnet
+
+import "github.com/rubin-go/rubin/bft"
+
+// Disk is what a replica with Config.Persist made durable, as its driver
+// would: the latest snapshot and the records persisted since.
+type Disk struct {
+	Snapshot *bft.Snapshot
+	Records  []bft.Record
+}
+
+// store persists a Ready's records to replica i's disk, before its
+// messages go out.
+func (n *Net) store(i int, rd *bft.Ready) {
+	if n.Disks == nil {
+		n.Disks = make([]Disk, n.N)
+	}
+	d := &n.Disks[i]
+	if rd.Snapshot != nil {
+		d.Snapshot, d.Records = rd.Snapshot, nil
+	}
+	d.Records = append(d.Records, rd.Persist...)
+}
+
+// Recover replaces replica i by a fresh one that recovers from its disk,
+// as after a crash of the process (a power loss) with its storage intact;
+// it is no longer crashed.
+func (n *Net) Recover(i int) error {
+	if err := n.Restart(i); err != nil {
+		return err
+	}
+	if n.Disks == nil {
+		return nil
+	}
+	d := n.Disks[i]
+	if n.Check != nil && n.Now > 0 {
+		n.Note("replica %d recovers from its disk", i)
+	}
+	return n.Replicas[i].Recover(d.Snapshot, d.Records)
+}

@@ -1,0 +1,200 @@
+package bft
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Recover restores what a replica persisted before it stopped: snap (nil
+// if it never reached a stable checkpoint) and the records persisted
+// after it, in order. It must be called on a replica fresh from
+// NewReplica, before any Step or Tick. It restores the checkpoint's
+// application state and reply cache, the view (entered, or being changed
+// to), the accepted pre-prepares, the votes this replica sent and its
+// prepared certificates, then executes the committed slots above the
+// checkpoint in order; the replica catches up on the rest over the
+// network. Having its votes back, it never votes differently for a
+// slot of a view it already voted in. Records are trusted (they are this
+// replica's own); an error means they contradict each other and the
+// storage cannot be used.
+func (r *Replica) Recover(snap *Snapshot, recs []Record) error {
+	if r.now != 0 || r.lastExec != 0 || len(r.log) != 0 {
+		return fmt.Errorf("%w: Recover on a replica already running", ErrInvalid)
+	}
+	if snap != nil {
+		if err := r.restoreCheckpoint(snap.State); err != nil {
+			return err
+		}
+		recs = append(append([]Record(nil), snap.Records...), recs...)
+	}
+	for i, rec := range recs {
+		if err := r.replay(rec); err != nil {
+			return fmt.Errorf("recover: record %d: %w", i, err)
+		}
+	}
+	r.nextSeq = max(r.nextSeq, r.lastExec, r.viewMinS)
+	for s, e := range r.log {
+		if s <= r.low {
+			delete(r.log, s)
+			continue
+		}
+		r.sealPrepared(e)
+		if e.prepared && e.view == r.view && !e.sentCommit {
+			// Sending a commit for a slot that prepared is always
+			// allowed; the crash came between the two.
+			e.sentCommit = true
+			e.commits[r.id] = e.pp.Digest
+		}
+	}
+	r.lastStable = r.low
+	r.rebuildProposed()
+	r.tryExecute()
+	return nil
+}
+
+// restoreCheckpoint installs a persisted stable checkpoint.
+func (r *Replica) restoreCheckpoint(st *State) error {
+	if st == nil || st.Seq == 0 {
+		return nil
+	}
+	d, err := r.verifyCheckpointCert(st.Seq, st.Stable)
+	if err != nil {
+		return fmt.Errorf("recover: checkpoint %d: %w", st.Seq, err)
+	}
+	if stateDigest(st.Snapshot, st.Replies) != d {
+		return fmt.Errorf("%w: recover: checkpoint %d does not match its certified digest", ErrInvalid, st.Seq)
+	}
+	if err := r.cfg.App.Restore(st.Snapshot); err != nil {
+		return fmt.Errorf("%w: recover: restore checkpoint %d: %v", ErrInvalid, st.Seq, err)
+	}
+	for i := range st.Replies {
+		rp := st.Replies[i]
+		r.replies[rp.Client] = &rp
+	}
+	delete(r.ckpts, 0)
+	r.ckpts[st.Seq] = &ownCheckpoint{seq: st.Seq, digest: d, snap: st.Snapshot, replies: st.Replies}
+	r.lastExec, r.low, r.lowCert = st.Seq, st.Seq, st.Stable
+	r.target, r.targetDigest, r.targetCert = st.Seq, d, st.Stable
+	return nil
+}
+
+// replay applies one record.
+func (r *Replica) replay(rec Record) error {
+	switch m := rec.Msg.(type) {
+	case *ViewChange:
+		if rec.Kind != RecViewChange || m.Replica != r.id {
+			break
+		}
+		if m.View > r.view {
+			r.view, r.viewChanging = m.View, true
+			r.vcs[r.id] = m
+		}
+		return nil
+	case *NewView:
+		if rec.Kind != RecNewView {
+			break
+		}
+		if m.View >= r.view {
+			r.view, r.viewChanging = m.View, false
+			r.lastNewView = m
+			r.viewMinS = 0
+			for i := range m.ViewChanges {
+				r.viewMinS = max(r.viewMinS, m.ViewChanges[i].StableSeq)
+			}
+			if vc := r.vcs[r.id]; vc != nil && vc.View <= m.View {
+				delete(r.vcs, r.id)
+			}
+		}
+		return nil
+	case *PrePrepare:
+		if rec.Kind != RecPrePrepare {
+			break
+		}
+		if e := r.replayEntry(m.Seq, m.View); e != nil {
+			e.pp = m
+			if m.View == r.view {
+				r.nextSeq = max(r.nextSeq, m.Seq)
+			}
+		}
+		return nil
+	case *Prepare:
+		if rec.Kind != RecPrepare {
+			break
+		}
+		if e := r.replayEntry(m.Seq, m.View); e != nil {
+			e.prepares[m.Replica] = m
+		}
+		return nil
+	case *Commit:
+		if m.Replica != r.id {
+			break
+		}
+		switch rec.Kind {
+		case RecCommit:
+			if e := r.replayEntry(m.Seq, m.View); e != nil {
+				e.commits[r.id] = m.Digest
+				e.sentCommit = true
+			}
+			return nil
+		case RecCommitted:
+			return r.replayCommitted(m)
+		}
+	}
+	return fmt.Errorf("%w: record kind %d holds %T", ErrInvalid, rec.Kind, rec.Msg)
+}
+
+// replayEntry returns seq's slot for a record of view v: a record of a
+// later view than the slot's seals the slot's prepared certificate and
+// starts the new view's votes; a record of an earlier view is obsolete
+// (nil).
+func (r *Replica) replayEntry(seq, v uint64) *entry {
+	e := r.log[seq]
+	if e == nil {
+		e = &entry{seq: seq, view: v}
+		r.log[seq] = e
+	}
+	if e.prepares != nil && e.view > v {
+		return nil
+	}
+	if e.prepares == nil || e.view < v {
+		r.sealPrepared(e)
+		e.view, e.pp = v, nil
+		e.prepares = make(map[ReplicaID]*Prepare)
+		e.commits = make(map[ReplicaID]Digest)
+		e.prepared, e.sentCommit = false, false
+	}
+	return e
+}
+
+// replayCommitted marks a slot committed, with the batch of its
+// pre-prepare or prepared certificate of that digest.
+func (r *Replica) replayCommitted(c *Commit) error {
+	e := r.log[c.Seq]
+	var batch []Request
+	switch {
+	case e == nil:
+	case e.pp != nil && e.pp.Digest == c.Digest:
+		batch = e.pp.Batch
+	case e.cert != nil && e.cert.PrePrepare.Digest == c.Digest:
+		batch = e.cert.PrePrepare.Batch
+	default:
+		e = nil
+	}
+	if e == nil {
+		return fmt.Errorf("%w: seq %d committed with no pre-prepare of its digest", ErrInvalid, c.Seq)
+	}
+	e.committed, e.cView, e.cDigest, e.batch = true, c.View, c.Digest, batch
+	return nil
+}
+
+// sortedSeqs returns the log's sequence numbers above from, ascending.
+func (r *Replica) sortedSeqs(from uint64) []uint64 {
+	seqs := make([]uint64, 0, len(r.log))
+	for s := range r.log {
+		if s > from {
+			seqs = append(seqs, s)
+		}
+	}
+	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
+	return seqs
+}
