@@ -72,10 +72,19 @@ type testCluster struct {
 	apps    []*kv.Store
 	cancels []context.CancelFunc
 	errs    []chan error
+	// dataDir, if set, names replica i's data directory ("" for none).
+	dataDir func(i int) string
 }
 
 // newTestCluster starts n replicas with kv apps on listeners of port 0.
 func newTestCluster(t testing.TB, n, clients int, core bft.Config, tick time.Duration) *testCluster {
+	t.Helper()
+	return newTestClusterDirs(t, n, clients, core, tick, nil)
+}
+
+// newTestClusterDirs is newTestCluster with data directories (dataDir(i),
+// "" for none).
+func newTestClusterDirs(t testing.TB, n, clients int, core bft.Config, tick time.Duration, dataDir func(int) string) *testCluster {
 	t.Helper()
 	cl, err := auth.Generate(n, clients, "127.0.0.1", 1, nil)
 	if err != nil {
@@ -92,7 +101,7 @@ func newTestCluster(t testing.TB, n, clients int, core bft.Config, tick time.Dur
 	}
 	tc := &testCluster{t: t, cl: cl, core: core, tick: tick, reg: prometheus.NewRegistry(),
 		reps: make([]*Replica, n), apps: make([]*kv.Store, n),
-		cancels: make([]context.CancelFunc, n), errs: make([]chan error, n)}
+		cancels: make([]context.CancelFunc, n), errs: make([]chan error, n), dataDir: dataDir}
 	for i := range n {
 		tc.start(i, lns[i])
 	}
@@ -103,8 +112,12 @@ func newTestCluster(t testing.TB, n, clients int, core bft.Config, tick time.Dur
 func (tc *testCluster) start(i int, ln net.Listener) {
 	tc.t.Helper()
 	app := kv.New(kv.Config{})
+	var dir string
+	if tc.dataDir != nil {
+		dir = tc.dataDir(i)
+	}
 	// A restarted replica takes over its predecessor's metrics.
-	r, err := NewReplica(ReplicaConfig{Registerer: tc.reg,
+	r, err := NewReplica(ReplicaConfig{Registerer: tc.reg, DataDir: dir,
 		Cluster: tc.cl, ID: bft.ReplicaID(i), Network: "tcp", App: app, Tick: tc.tick,
 		Core: tc.core, Logger: testLogger(tc.t), Listener: ln,
 		RedialMin: 5 * time.Millisecond, RedialMax: 100 * time.Millisecond,

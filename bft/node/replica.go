@@ -68,6 +68,13 @@ type ReplicaConfig struct {
 	// Link tunes the links; a zero WriteTimeout becomes
 	// DefaultWriteTimeout.
 	Link link.Options
+	// DataDir, if set, makes the replica durable: it persists what each
+	// Ready asks (one fsync per Ready) in a write-ahead log and a
+	// snapshot at every stable checkpoint in this directory before it
+	// sends, and NewReplica recovers from them. Empty: the replica keeps
+	// everything in memory and comes back empty after a restart (it says
+	// so in its log).
+	DataDir string
 }
 
 // Replica runs one PBFT replica: the protocol core (bft.Replica) on one
@@ -107,6 +114,10 @@ type Replica struct {
 
 	inbound chan inbound
 	last    bft.Status // last published status (core goroutine)
+	// store persists the core's records (DataDir); nil keeps them in
+	// memory. failed is the storage error that stopped the core.
+	store  *storage
+	failed error
 
 	// Reply routes (core goroutine): the link that most recently
 	// delivered a request of each client that the core took (see step).
@@ -157,6 +168,7 @@ func NewReplica(cfg ReplicaConfig) (*Replica, error) {
 	}
 	core := cfg.Core
 	core.ID, core.N, core.App, core.Auth = cfg.ID, n, cfg.App, a
+	core.Persist = cfg.DataDir != ""
 	cr, err := bft.NewReplica(core)
 	if err != nil {
 		return nil, fmt.Errorf("node: replica %d: %w", cfg.ID, err)
@@ -186,6 +198,10 @@ func NewReplica(cfg ReplicaConfig) (*Replica, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("replica", cfg.ID)
+	store, err := recoverCore(cr, cfg.DataDir, n, log)
+	if err != nil {
+		return nil, fmt.Errorf("node: replica %d: %w", cfg.ID, err)
+	}
 	m, err := newReplicaMetrics(cfg.Registerer, cfg.ID)
 	if err != nil {
 		return nil, fmt.Errorf("node: replica %d: metrics: %w", cfg.ID, err)
@@ -198,6 +214,7 @@ func NewReplica(cfg ReplicaConfig) (*Replica, error) {
 		cfg:     cfg,
 		n:       n,
 		core:    cr,
+		store:   store,
 		log:     log,
 		m:       m,
 		tr:      tr,
@@ -316,6 +333,12 @@ func (r *Replica) Run(ctx context.Context) error {
 	ln.Close()
 	ep.close()
 	ep.wg.Wait()
+	if r.store != nil {
+		r.store.close()
+	}
+	if r.failed != nil {
+		return fmt.Errorf("node: replica %d stopped: %w", r.cfg.ID, r.failed)
+	}
 	r.log.Info("stopped")
 	return nil
 }
@@ -350,7 +373,11 @@ func (r *Replica) loop(ctx context.Context) {
 			}
 		}
 		if r.core.HasReady() {
-			r.handleReady(r.core.Ready())
+			if err := r.handleReady(r.core.Ready()); err != nil {
+				r.failed = err
+				r.log.Error("cannot persist; stopping without sending", "err", err)
+				return
+			}
 		}
 		r.publish()
 	}
@@ -411,9 +438,16 @@ func (r *Replica) linkFor(to bft.Target) *conn {
 	return r.ep.lookupLocked(link.Peer(to))
 }
 
-// handleReady routes the core's output to the links' queues and reports
-// executed batches.
-func (r *Replica) handleReady(rd bft.Ready) {
+// handleReady persists what the core asks (DataDir), then routes its
+// messages to the links' queues, then reports executed batches: persist,
+// send, apply. An error means the records are not durable and nothing
+// was sent.
+func (r *Replica) handleReady(rd bft.Ready) error {
+	if r.store != nil {
+		if err := r.store.save(&rd); err != nil {
+			return err
+		}
+	}
 	if len(rd.Messages) > 0 {
 		r.route(rd.Messages)
 	}
@@ -425,6 +459,7 @@ func (r *Replica) handleReady(rd bft.Ready) {
 			r.m.maxBatch.Store(b)
 		}
 	}
+	return nil
 }
 
 // publish makes the core's status visible to Status and the metrics, and

@@ -49,6 +49,7 @@ func runReplica(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	cf.register(fs)
 	id := fs.Int("id", -1, "this replica's index in the cluster file")
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics")
+	dataDir := fs.String("data-dir", "", "persist votes, log and state in DIR (a write-ahead log and snapshots) and recover from it at start; without it the replica keeps everything in memory")
 	verbose := fs.Bool("v", false, "log every view change, link and state transfer at debug level too")
 	if err := parseFlags(fs, args, 0); err != nil {
 		return err
@@ -74,6 +75,7 @@ func runReplica(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		App:        kv.New(kv.Config{}),
 		Logger:     logger.With("replica", *id),
 		Registerer: reg,
+		DataDir:    *dataDir,
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,173 @@
+package node
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/rubin-go/rubin/bft"
+	"github.com/rubin-go/rubin/bft/wal"
+	"github.com/rubin-go/rubin/bft/wire"
+)
+
+// storage keeps a replica's durable records in a wal.Log: one frame, one
+// fsync, per Ready (group commit), and a snapshot at every stable
+// checkpoint, which truncates the log behind it.
+//
+// A record is its kind byte followed by its message's wire encoding. A
+// snapshot is the length-prefixed wire encoding of its State followed by
+// its length-prefixed records.
+type storage struct {
+	log  *wal.Log
+	lim  wire.Limits
+	recs [][]byte
+	buf  []byte
+}
+
+// storageLimits bounds decoding our own records: generous, since they
+// were checked when they arrived, but a snapshot may exceed a frame.
+func storageLimits(n int) wire.Limits {
+	return wire.Limits{MaxMessage: wal.DefaultMaxFrame, MaxReplicas: n}
+}
+
+// openStorage opens dir and decodes what it holds.
+func openStorage(dir string, n int) (*storage, *bft.Snapshot, []bft.Record, *wal.Recovered, error) {
+	l, rec, err := wal.Open(dir, wal.Options{})
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	s := &storage{log: l, lim: storageLimits(n)}
+	var snap *bft.Snapshot
+	if rec.Snapshot != nil {
+		if snap, err = s.decodeSnapshot(rec.Snapshot); err != nil {
+			l.Close()
+			return nil, nil, nil, nil, fmt.Errorf("%w: snapshot: %v", wal.ErrCorrupt, err)
+		}
+	}
+	var recs []bft.Record
+	for i, b := range rec.Batches {
+		for j, raw := range b {
+			r, err := s.decodeRecord(raw)
+			if err != nil {
+				l.Close()
+				return nil, nil, nil, nil, fmt.Errorf("%w: batch %d record %d: %v", wal.ErrCorrupt, i, j, err)
+			}
+			recs = append(recs, r)
+		}
+	}
+	return s, snap, recs, rec, nil
+}
+
+// save makes rd's records durable: its snapshot, or its Persist records.
+func (s *storage) save(rd *bft.Ready) error {
+	if rd.Snapshot != nil {
+		return s.log.Snapshot(s.encodeSnapshot(rd.Snapshot))
+	}
+	if len(rd.Persist) == 0 {
+		return nil
+	}
+	s.buf = s.buf[:0]
+	ends := make([]int, 0, len(rd.Persist))
+	for _, r := range rd.Persist {
+		s.buf = appendRecord(s.buf, r)
+		ends = append(ends, len(s.buf))
+	}
+	s.recs = s.recs[:0]
+	start := 0
+	for _, end := range ends {
+		s.recs = append(s.recs, s.buf[start:end])
+		start = end
+	}
+	err := s.log.Append(s.recs)
+	clear(s.recs)
+	return err
+}
+
+func (s *storage) close() error { return s.log.Close() }
+
+func appendRecord(b []byte, r bft.Record) []byte {
+	b = append(b, byte(r.Kind))
+	return wire.Append(b, r.Msg)
+}
+
+func (s *storage) decodeRecord(b []byte) (bft.Record, error) {
+	if len(b) < 1 {
+		return bft.Record{}, errors.New("empty record")
+	}
+	m, err := wire.DecodeLimits(b[1:], s.lim)
+	if err != nil {
+		return bft.Record{}, err
+	}
+	return bft.Record{Kind: bft.RecordKind(b[0]), Msg: m}, nil
+}
+
+func (s *storage) encodeSnapshot(sn *bft.Snapshot) []byte {
+	st := wire.Append(nil, sn.State)
+	b := binary.AppendUvarint(nil, uint64(len(st)))
+	b = append(b, st...)
+	var rec []byte
+	for _, r := range sn.Records {
+		rec = appendRecord(rec[:0], r)
+		b = binary.AppendUvarint(b, uint64(len(rec)))
+		b = append(b, rec...)
+	}
+	return b
+}
+
+func (s *storage) decodeSnapshot(b []byte) (*bft.Snapshot, error) {
+	next := func() ([]byte, error) {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || n > uint64(len(b)-k) {
+			return nil, errors.New("bad length")
+		}
+		p := b[k : k+int(n)]
+		b = b[k+int(n):]
+		return p, nil
+	}
+	p, err := next()
+	if err != nil {
+		return nil, err
+	}
+	m, err := wire.DecodeLimits(p, s.lim)
+	if err != nil {
+		return nil, err
+	}
+	st, ok := m.(*bft.State)
+	if !ok {
+		return nil, fmt.Errorf("snapshot holds a %T, not a state", m)
+	}
+	sn := &bft.Snapshot{State: st}
+	for len(b) > 0 {
+		p, err := next()
+		if err != nil {
+			return nil, err
+		}
+		r, err := s.decodeRecord(p)
+		if err != nil {
+			return nil, err
+		}
+		sn.Records = append(sn.Records, r)
+	}
+	return sn, nil
+}
+
+// recoverCore opens dir (if set) and recovers the fresh core cr from it.
+// Without dir it says the replica keeps its state in memory only.
+func recoverCore(cr *bft.Replica, dir string, n int, log *slog.Logger) (*storage, error) {
+	if dir == "" {
+		log.Warn("no data directory: state is kept in memory only and lost when the process stops")
+		return nil, nil
+	}
+	s, snap, recs, rec, err := openStorage(dir, n)
+	if err != nil {
+		return nil, fmt.Errorf("data directory %s: %w", dir, err)
+	}
+	if err := cr.Recover(snap, recs); err != nil {
+		s.close()
+		return nil, fmt.Errorf("data directory %s: %w", dir, err)
+	}
+	st := cr.Status()
+	log.Info("recovered from the data directory", "dir", dir, "view", st.View, "stable", st.Stable, "last_executed", st.LastExecuted, "records", len(recs), "torn_tail_bytes", rec.Cut)
+	return s, nil
+}
