@@ -135,10 +135,12 @@ func (b *lockedBuffer) String() string {
 }
 
 // startReplica starts replica id of the cluster file, over transport, as
-// a process of this test binary and waits until it listens.
-func startReplica(t *testing.T, file, transport string, id int) *replicaProc {
+// a process of this test binary with the extra flags, and waits until it
+// listens.
+func startReplica(t *testing.T, file, transport string, id int, extra ...string) *replicaProc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "replica", "-id", fmt.Sprint(id), "-cluster", file, "-transport", transport)
+	args := append([]string{"replica", "-id", fmt.Sprint(id), "-cluster", file, "-transport", transport}, extra...)
+	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "RUBIN_BFT_EXEC=1")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
