@@ -74,7 +74,11 @@ type config struct {
 	pin         bool
 	spin        time.Duration
 	targets     bool
+	durable     bool
 }
+
+// diskSuffix marks a contender whose replicas persist to a data directory.
+const diskSuffix = "+disk"
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bftbench", flag.ContinueOnError)
@@ -95,6 +99,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&cfg.targets, "targets", true, "judge the project's targets, which are set for TCP on this machine's loopback")
 	fs.BoolVar(&cfg.pin, "pin", true, "pin the replicas to CPU 1 and the clients to CPU 0 with taskset")
 	fs.DurationVar(&cfg.spin, "spin", 0, "busy-poll budget of every replica's and client's pollers (rubin.Config.SpinBudget)")
+	fs.BoolVar(&cfg.durable, "durable", false, "also measure every transport with replicas that persist (bft replica -data-dir), as contender TRANSPORT+disk, alternating with it in every round")
 	fs.BoolVar(&cfg.quick, "quick", false, "a small run for CI: at most 500 operations, one round, the first size and client count only")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -107,6 +112,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var err error
 	cfg.transports = benchkit.SplitList(transports)
+	if cfg.durable {
+		var both []string
+		for _, t := range cfg.transports {
+			both = append(both, t, t+diskSuffix)
+		}
+		cfg.transports = both
+	}
 	if cfg.sizes, err = benchkit.ParseInts("sizes", sizes, 0); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -114,7 +126,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	for _, t := range cfg.transports {
-		if t != "tcp" && t != "rdma" {
+		if t, _ := strings.CutSuffix(t, diskSuffix); t != "tcp" && t != "rdma" {
 			return fmt.Errorf("%w: -transports: %q is neither tcp nor rdma", errUsage, t)
 		}
 	}
@@ -195,9 +207,11 @@ type cluster struct {
 }
 
 // startCluster writes a cluster file for free ports of host into dir and
-// starts its four replicas.
-func startCluster(ctx context.Context, l *benchkit.Launcher, cfg config, transport, dir string) (*cluster, error) {
+// starts its four replicas; a contender named TRANSPORT+disk gets each
+// replica a data directory in dir.
+func startCluster(ctx context.Context, l *benchkit.Launcher, cfg config, contender, dir string) (*cluster, error) {
 	const n = 4
+	transport, durable := strings.CutSuffix(contender, diskSuffix)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -211,8 +225,11 @@ func startCluster(ctx context.Context, l *benchkit.Launcher, cfg config, transpo
 		return nil, fmt.Errorf("bft keygen: %w: %s", err, out)
 	}
 	for i := range n {
-		s, _, err := l.StartServer(ctx, "replica ", 30*time.Second, cfg.bin, "replica", "-id", strconv.Itoa(i), "-cluster", c.file,
-			"-transport", transport, "-spin", cfg.spin.String())
+		args := []string{"replica", "-id", strconv.Itoa(i), "-cluster", c.file, "-transport", transport, "-spin", cfg.spin.String()}
+		if durable {
+			args = append(args, "-data-dir", filepath.Join(dir, fmt.Sprintf("data%d", i)))
+		}
+		s, _, err := l.StartServer(ctx, "replica ", 30*time.Second, cfg.bin, args...)
 		if err != nil {
 			c.stop()
 			return nil, fmt.Errorf("replica %d: %w", i, err)
