@@ -11,7 +11,8 @@ repo_root=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
 
 # Debian packages: a C compiler and libc headers for go test -race (cgo),
 # taskset (util-linux) for pinned benchmarks, CA certificates for the Go
-# module proxy.
+# module proxy. iproute2, listed below for the RDMA VM, also gives the
+# Jepsen-style test (cmd/bft, internal/netns) its ip command.
 apt_packages=(gcc libc6-dev util-linux ca-certificates)
 # RDMA: the rdma-core headers and libraries the RDMA transport links through
 # cgo, which every build of the module needs; and what scripts/rdmavm.sh

@@ -6,9 +6,10 @@
 #
 # It installs what it needs (see scripts/lib.sh), then runs: go mod download,
 # a go.mod tidiness check, gofmt, go vet, staticcheck, go test -race, the
-# RDMA tests in a throw-away virtual machine with a Soft-RoCE device
-# (scripts/rdma-test.sh; no RDMA hardware needed), a short fuzz pass over
-# every Fuzz target, and quick passes of the benchmark runners: echo, RDMA
+# Jepsen-style test in network namespaces (cmd/bft's TestJepsen, which must
+# not skip), the RDMA tests in a throw-away virtual machine with a Soft-RoCE
+# device (scripts/rdma-test.sh; no RDMA hardware needed), a short fuzz pass
+# over every Fuzz target, and quick passes of the benchmark runners: echo, RDMA
 # (scripts/rdma-bench.sh, in another VM) and BFT (scripts/bft-bench.sh, on
 # the host and in a third VM), so that none rots. Every
 # check runs even if an earlier one fails; the exit status is nonzero if any
@@ -94,12 +95,27 @@ fuzz() {
 	return $status
 }
 
+# jepsen runs cmd/bft's TestJepsen (replicas killed, paused, restarted and
+# cut off in network namespaces, the history checked for linearizability)
+# and fails if it was skipped: CI runs as root, where it must run.
+jepsen() {
+	local out status=0
+	out=$(go test -race -count=1 -run '^TestJepsen$' -v ./cmd/bft 2>&1) || status=1
+	printf '%s\n' "$out" | grep -E '^(=== RUN|--- |\s+jepsen|ok|FAIL|PASS)|operations' || true
+	[[ $status -eq 0 ]] || { printf '%s\n' "$out" | tail -n 200; return 1; }
+	if grep -q -- '--- SKIP' <<<"$out"; then
+		echo "TestJepsen was skipped"
+		return 1
+	fi
+}
+
 check "go mod download" go mod download
 check "go mod tidy" tidy_check
 check "gofmt" gofmt_check
 check "go vet" go vet ./...
 check "staticcheck $staticcheck_version" go run "honnef.co/go/tools/cmd/staticcheck@$staticcheck_version" ./...
-check "go test -race" go test -race -count=1 ./...
+check "go test -race" go test -race -count=1 -skip '^TestJepsen$' ./...
+check "Jepsen-style test in network namespaces" jepsen
 check "RDMA tests in a Soft-RoCE VM" bash scripts/rdma-test.sh
 check "fuzz ($fuzztime per target)" fuzz
 check "echo benchmark, quick" go run ./benchmarks/echobench -quick

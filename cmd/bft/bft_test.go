@@ -142,6 +142,13 @@ func startReplica(t *testing.T, file, transport string, id int, extra ...string)
 	args := append([]string{"replica", "-id", fmt.Sprint(id), "-cluster", file, "-transport", transport}, extra...)
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "RUBIN_BFT_EXEC=1")
+	return startReplicaCmd(t, cmd, id)
+}
+
+// startReplicaCmd starts cmd, which runs replica id, and waits until it
+// listens; the test's cleanup kills it.
+func startReplicaCmd(t *testing.T, cmd *exec.Cmd, id int) *replicaProc {
+	t.Helper()
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
