@@ -37,3 +37,99 @@ func TestForgedNewViewNotRecorded(t *testing.T) {
 		t.Fatal("requests did not complete after the forged new views")
 	}
 }
+
+// TestPendingOrderBounded: a backup holds a request that never executes
+// (its authenticator is valid at that backup only, so no primary
+// proposes it), while correct clients, retransmitting to every replica,
+// pass thousands of requests through its pending queue. The queue's
+// arrival order must stay proportional to what it holds; compacted only
+// where the primary collects a batch, it grew by every request a backup
+// ever held.
+func TestPendingOrderBounded(t *testing.T) {
+	cfg := func(c *bft.Config) {
+		smallCfg(c)
+		c.RequestTicks = 1 << 20 // the stuck request must not change the view
+	}
+	n := newNet(t, simnet.Options{Clients: 3, Seed: 51, Config: cfg,
+		ClientConfig: func(c *bft.ClientConfig) { c.RetransmitTicks = 1 }})
+	n.MaxDelay = 2
+	stuck := &bft.Request{Client: 9, Timestamp: 1, Op: []byte("stuck")}
+	n.SignRequest(stuck)
+	ms := n.MACSize()
+	for _, i := range []int{0, 2, 3} {
+		stuck.Auth[i*ms] ^= 0xff
+	}
+	if err := n.Replicas[1].Step(bft.ToClient(9), stuck); err != nil {
+		t.Fatal(err)
+	}
+	worst := 0
+	for k := 0; k < 3000 && len(n.Results[0]) < 300; k++ {
+		n.Load(1<<30, 1, op)
+		worst = max(worst, n.Replicas[1].Status().PendingBytes)
+	}
+	if err := n.CheckAgreement(); err != nil {
+		t.Fatal(err)
+	}
+	s := n.Replicas[1].Status()
+	if len(n.Results[0]) < 300 || s.Pending == 0 {
+		t.Fatalf("%d results, backup holds %d requests\n%s", len(n.Results[0]), s.Pending, n.Report())
+	}
+	// A handful of requests held at once: the order has at most 65 keys.
+	if worst > 8<<10 {
+		t.Fatalf("backup's pending queue reached %d bytes (now %+v)", worst, s)
+	}
+	t.Logf("%d requests executed; backup's pending queue at most %d bytes", s.LastExecuted, worst)
+}
+
+// TestFloodingClientRefused: a Byzantine client with valid
+// authenticators sends 40 requests per tick to every replica. A replica
+// holds at most MaxPendingPerClient of them (each newer one replaces the
+// oldest), the pending queues stay within MaxPending and
+// MaxPendingBytes, and the correct clients keep completing. Without a
+// per-client quota the flood fills MaxPending and the correct clients'
+// requests are refused (ErrFull) nearly always.
+func TestFloodingClientRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		maxBytes int // MaxPendingBytes; 0: the default
+		size     int // the flood's op size
+	}{
+		{"count", 0, 16},
+		{"bytes", 3 << 10, 900},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := func(c *bft.Config) {
+				smallCfg(c)
+				c.MaxBatch, c.MaxPending, c.MaxPendingBytes = 8, 32, tc.maxBytes
+			}
+			n := newNet(t, simnet.Options{Clients: 3, Seed: 52, Config: cfg, Codec: true})
+			n.MaxDelay = 2 // requests pend across ticks
+			n.AddClientAttack(&simnet.ClientAttack{ID: 4, Flood: 40, FloodSize: tc.size})
+			worst, worstN := 0, 0
+			lat, err := n.LoadLive(20, 100, op)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, n.Report())
+			}
+			for range 200 {
+				n.Load(1<<30, 1, op)
+				for _, r := range n.Replicas {
+					s := r.Status()
+					worst, worstN = max(worst, s.PendingBytes), max(worstN, s.Pending)
+				}
+			}
+			if err := n.CheckAgreement(); err != nil {
+				t.Fatal(err)
+			}
+			limit := 32 * (8 << 10) // the bytes the count bound allows here
+			if tc.maxBytes > 0 {
+				limit = tc.maxBytes
+			}
+			// The flood's quota, and a request or two of each correct
+			// client.
+			if worst > limit+65*16 || worstN > 4+3*2 {
+				t.Fatalf("pending reached %d requests, %d bytes (bound %d)", worstN, worst, limit)
+			}
+			t.Logf("worst latency %d ticks; pending at most %d requests, %d bytes; %d refused", lat, worstN, worst, n.Errors[bft.ErrFull])
+		})
+	}
+}

@@ -61,9 +61,21 @@ type Config struct {
 	FetchTicks int
 	// MaxOpSize: requests with a larger op are dropped. Default 64 KiB.
 	MaxOpSize int
-	// MaxPending bounds the requests a replica holds that are neither
-	// executed nor proposed. Default 4*MaxBatch.
+	// MaxPending bounds the requests a replica holds that are not
+	// executed. Default 4*MaxBatch.
 	MaxPending int
+	// MaxPendingBytes bounds the same requests in bytes (op,
+	// authenticator and a fixed charge each). Default 4*MaxBatchBytes:
+	// like MaxPending, four full batches.
+	MaxPendingBytes int
+	// MaxPendingPerClient bounds the requests of one client a replica
+	// holds, so one client cannot fill MaxPending and starve the others.
+	// A correct client has one request outstanding (a Client is closed
+	// loop), and a replica may still hold its previous one for a moment
+	// (until it executes here); beyond the quota, a client's newer
+	// request replaces its oldest held one and an older one is refused
+	// (ErrFull). Default 4.
+	MaxPendingPerClient int
 
 	// Persist makes Ready list what the driver must make durable before
 	// it sends (Ready.Persist, Ready.Snapshot), so a replica that
@@ -120,6 +132,8 @@ func (c *Config) fill() error {
 	def(&c.FetchTicks, 10)
 	def(&c.MaxOpSize, 64<<10)
 	def(&c.MaxPending, 4*c.MaxBatch)
+	def(&c.MaxPendingBytes, 4*c.MaxBatchBytes)
+	def(&c.MaxPendingPerClient, 4)
 	if c.MaxOpSize > c.MaxBatchBytes {
 		return fmt.Errorf("bft: config: MaxOpSize %d exceeds MaxBatchBytes %d", c.MaxOpSize, c.MaxBatchBytes)
 	}

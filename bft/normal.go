@@ -260,7 +260,7 @@ func (r *Replica) execute(e *entry) {
 	for i := range e.batch {
 		req := &e.batch[i]
 		k := reqKey{req.Client, req.Timestamp}
-		r.pending.remove(k)
+		r.pending.removeUpTo(req.Client, req.Timestamp)
 		delete(r.proposed, k)
 		// Every replica skips the same requests: the reply cache is
 		// replicated state, so this is deterministic.

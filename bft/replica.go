@@ -182,6 +182,11 @@ type Status struct {
 	Checkpoints    int    // own checkpoints (snapshots) held
 	CheckpointSeqs int    // sequence numbers with checkpoint votes held
 	Buffered       int    // future-view messages buffered
+
+	// Memory the core accounts for (see docs/bft.md, "Memory bounds"):
+	// the held requests and their arrival order (at most
+	// MaxPendingBytes plus the order).
+	PendingBytes int
 }
 
 // NewReplica validates cfg, fills its defaults and returns a replica in
@@ -385,6 +390,7 @@ func (r *Replica) Status() Status {
 	s.KnownStable = r.target
 	s.LogEntries = len(r.log)
 	s.Pending = len(r.pending.byKey)
+	s.PendingBytes = r.pending.memory()
 	s.Checkpoints = len(r.ckpts)
 	s.CheckpointSeqs = len(r.ckVotes)
 	for _, b := range r.future {

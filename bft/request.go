@@ -1,44 +1,102 @@
 package bft
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // pendingQueue holds verified client requests not yet executed, in arrival
 // order. The primary proposes from it the requests its log does not hold;
 // backups keep it to time the primary and to hand it to a new primary.
+// Its memory is bounded: MaxPending requests, MaxPendingBytes (as reqMem
+// counts), MaxPendingPerClient requests per client, and an arrival order
+// at most about twice as long as what is held.
 type pendingQueue struct {
 	byKey map[reqKey]*Request
 	// since is the tick each held request arrived at: the request timer
-	// runs from it (see overdue).
+	// runs from it (see tickRequestTimer).
 	since map[reqKey]uint64
-	order []reqKey // arrival order; may name removed keys
-	bytes int      // sum of the held requests' op sizes
+	// byClient lists each client's held timestamps (at most
+	// MaxPendingPerClient).
+	byClient map[ClientID][]uint64
+	order    []reqKey // arrival order; may name removed keys
+	bytes    int      // sum of the held requests' op sizes
+	mem      int      // sum of the held requests' reqMem
 }
 
 func (p *pendingQueue) init() {
 	p.byKey = make(map[reqKey]*Request)
 	p.since = make(map[reqKey]uint64)
+	p.byClient = make(map[ClientID][]uint64)
 }
 
+// add holds req, which it does not hold yet.
 func (p *pendingQueue) add(k reqKey, req *Request, now uint64) {
-	if old, ok := p.byKey[k]; ok {
-		p.bytes -= len(old.Op)
-	} else {
-		p.since[k] = now
-	}
+	p.compact()
 	p.byKey[k] = req
+	p.since[k] = now
+	p.byClient[k.client] = append(p.byClient[k.client], k.ts)
 	p.bytes += len(req.Op)
+	p.mem += reqMem(req)
 	p.order = append(p.order, k)
 }
 
 func (p *pendingQueue) remove(k reqKey) {
-	if old, ok := p.byKey[k]; ok {
-		p.bytes -= len(old.Op)
-		delete(p.byKey, k)
-		delete(p.since, k)
+	old, ok := p.byKey[k]
+	if !ok {
+		return
+	}
+	p.bytes -= len(old.Op)
+	p.mem -= reqMem(old)
+	delete(p.byKey, k)
+	delete(p.since, k)
+	ts := p.byClient[k.client]
+	for i, t := range ts {
+		if t == k.ts {
+			ts = append(ts[:i], ts[i+1:]...)
+			break
+		}
+	}
+	if len(ts) == 0 {
+		delete(p.byClient, k.client)
+	} else {
+		p.byClient[k.client] = ts
 	}
 	if len(p.byKey) == 0 {
 		p.order = p.order[:0]
 	}
+}
+
+// removeUpTo drops client's held requests with timestamps up to ts: once
+// one executes, no older one ever will.
+func (p *pendingQueue) removeUpTo(client ClientID, ts uint64) {
+	for _, t := range slices.Clone(p.byClient[client]) {
+		if t <= ts {
+			p.remove(reqKey{client, t})
+		}
+	}
+}
+
+// memory is the queue's accounted size in bytes.
+func (p *pendingQueue) memory() int { return p.mem + len(p.order)*orderSlot }
+
+// compact drops removed keys from order once they dominate it, keeping the
+// queue's memory proportional to what it holds. It runs before every add
+// (never while order is being iterated), at the primary and the backups
+// alike, so order holds at most max(64, 2*held)+1 keys.
+func (p *pendingQueue) compact() {
+	if len(p.order) < 64 || len(p.order) < 2*len(p.byKey) {
+		return
+	}
+	k := 0
+	for _, key := range p.order {
+		if _, ok := p.byKey[key]; ok {
+			p.order[k] = key
+			k++
+		}
+	}
+	clear(p.order[k:])
+	p.order = p.order[:k]
 }
 
 // oldestUnproposed returns the arrival tick of the oldest held request
@@ -62,23 +120,6 @@ func (r *Replica) oldestUnproposed() (since uint64, ok bool) {
 		return p.since[k], true
 	}
 	return 0, false
-}
-
-// compact drops removed keys from order once they dominate it, keeping the
-// queue's memory proportional to what it holds.
-func (p *pendingQueue) compact() {
-	if len(p.order) < 64 || len(p.order) < 2*len(p.byKey) {
-		return
-	}
-	k := 0
-	for _, key := range p.order {
-		if _, ok := p.byKey[key]; ok {
-			p.order[k] = key
-			k++
-		}
-	}
-	clear(p.order[k:])
-	p.order = p.order[:k]
 }
 
 // hasUnproposed reports whether a held request is not in the current
@@ -137,8 +178,29 @@ func (r *Replica) onRequest(req *Request, fromClient, authFirst bool) error {
 	if !authFirst && !r.cfg.Auth.VerifyRequest(req) {
 		return fmt.Errorf("%w: request %d of client %d: bad authenticator", ErrForged, req.Timestamp, req.Client)
 	}
-	if len(r.pending.byKey) >= r.cfg.MaxPending {
-		return fmt.Errorf("%w: %d requests pending", ErrFull, len(r.pending.byKey))
+	if last := r.replies[req.Client]; last != nil {
+		r.pending.removeUpTo(req.Client, last.Timestamp)
+	}
+	// At its quota, a client's request replaces the client's oldest held
+	// one, if it is newer. A correct client sends a request only once its
+	// previous one completed, so the oldest executed elsewhere already, or
+	// the client is faulty; kept, requests that never execute here (an
+	// authenticator valid at this replica only) would hold the quota, and
+	// through it the client's later requests, for good.
+	count, mem := len(r.pending.byKey), r.pending.mem+reqMem(req)
+	evict := reqKey{client: req.Client}
+	if ts := r.pending.byClient[req.Client]; len(ts) >= r.cfg.MaxPendingPerClient {
+		evict.ts = slices.Min(ts)
+		if req.Timestamp < evict.ts {
+			return fmt.Errorf("%w: client %d has %d newer requests pending", ErrFull, req.Client, len(ts))
+		}
+		count, mem = count-1, mem-reqMem(r.pending.byKey[evict])
+	}
+	if count >= r.cfg.MaxPending || mem > r.cfg.MaxPendingBytes {
+		return fmt.Errorf("%w: %d requests of %d bytes pending", ErrFull, len(r.pending.byKey), r.pending.mem)
+	}
+	if evict.ts != 0 {
+		r.pending.remove(evict)
 	}
 	r.pending.add(k, req, r.now)
 	switch {

@@ -592,6 +592,10 @@ type ClientAttack struct {
 	// Replay: correct clients' earlier requests, sent again from their
 	// (authenticated) link, as a network attacker would.
 	Replay bool
+	// Flood: every tick (regardless of Rate), this many validly
+	// authenticated requests of FloodSize-byte ops, with increasing
+	// timestamps, to every replica.
+	Flood, FloodSize int
 
 	n    *Net
 	rand *rand.Rand
@@ -611,6 +615,9 @@ func (n *Net) AddClientAttack(c *ClientAttack) {
 }
 
 func (c *ClientAttack) tick() {
+	for k := 0; k < c.Flood; k++ {
+		c.toAll(c.request(make([]byte, c.FloodSize)))
+	}
 	if c.rand.Float64() >= c.Rate {
 		return
 	}

@@ -1,0 +1,17 @@
+package bft
+
+// The core accounts in bytes for what a peer or a client can make it
+// hold (see Status and docs/bft.md): a message's variable parts plus a
+// fixed charge for its structure and the bookkeeping that holds it (map
+// entries, slices, pointers). The charges are deliberately generous; the
+// bounds are what matter, not the last byte.
+const (
+	// reqOverhead: a Request's fixed fields and the pending queue's map
+	// entries and arrival-order slot for it.
+	reqOverhead = 160
+	// orderSlot: one entry of the pending queue's arrival order.
+	orderSlot = 16
+)
+
+// reqMem is what holding req costs.
+func reqMem(req *Request) int { return reqOverhead + len(req.Op) + len(req.Auth) }
