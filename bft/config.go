@@ -76,6 +76,13 @@ type Config struct {
 	// request replaces its oldest held one and an older one is refused
 	// (ErrFull). Default 4.
 	MaxPendingPerClient int
+	// MaxFutureBytes bounds, per sender, the normal-case messages of
+	// views this replica has not entered yet that it keeps for when it
+	// does (besides 3L+8 messages per sender). Default 2*MaxBatchBytes:
+	// room for the pre-prepare of a full batch with its votes, which is
+	// what a new primary sends first; what does not fit is dropped and
+	// recovered by retransmission, at the cost of a few ticks.
+	MaxFutureBytes int
 
 	// Persist makes Ready list what the driver must make durable before
 	// it sends (Ready.Persist, Ready.Snapshot), so a replica that
@@ -134,6 +141,7 @@ func (c *Config) fill() error {
 	def(&c.MaxPending, 4*c.MaxBatch)
 	def(&c.MaxPendingBytes, 4*c.MaxBatchBytes)
 	def(&c.MaxPendingPerClient, 4)
+	def(&c.MaxFutureBytes, 2*c.MaxBatchBytes)
 	if c.MaxOpSize > c.MaxBatchBytes {
 		return fmt.Errorf("bft: config: MaxOpSize %d exceeds MaxBatchBytes %d", c.MaxOpSize, c.MaxBatchBytes)
 	}

@@ -91,11 +91,18 @@
 //
 // # Memory
 //
-// Per-sequence state exists only in the windows (low, low+L] and
-// (known stable, known stable+L]. Checkpoint votes: at most L/K+2
-// sequence numbers per sender. View changes: the highest one per replica,
-// views at most 64 above the current one. Future-view normal-case
-// messages: 3L+8 per sender, views at most 64 ahead. Pending requests:
-// MaxPending. The reply cache holds one reply per client that ever had a
-// request executed; it is replicated state, so it is not trimmed.
+// Everything a peer or a client can make a replica hold is bounded, in
+// bytes where its size depends on the sender; docs/bft.md ("Memory
+// bounds") has the table. Per-sequence state exists only in the windows
+// (low, low+L] and (known stable, known stable+L]. Checkpoint votes: at
+// most L/K+2 sequence numbers per sender. View changes: the highest one
+// per replica, views at most 64 above the current one. Future-view
+// normal-case messages: checked (a pre-prepare's batch bounds, digest and
+// signature, a prepare's signature) before they are buffered, at most
+// 3L+8 and MaxFutureBytes per sender, views at most 64 ahead. Pending
+// requests: MaxPending, MaxPendingBytes, MaxPendingPerClient per client,
+// and an arrival order at most about twice as long as what is held.
+// Status reports the accounted bytes (PendingBytes, BufferedBytes). The
+// reply cache holds one reply per client that ever had a request
+// executed; it is replicated state, so it is not trimmed.
 package bft

@@ -9,9 +9,27 @@ const (
 	// reqOverhead: a Request's fixed fields and the pending queue's map
 	// entries and arrival-order slot for it.
 	reqOverhead = 160
+	// msgOverhead: a normal-case message's fixed fields and its slot in
+	// a buffer.
+	msgOverhead = 128
 	// orderSlot: one entry of the pending queue's arrival order.
 	orderSlot = 16
 )
 
 // reqMem is what holding req costs.
 func reqMem(req *Request) int { return reqOverhead + len(req.Op) + len(req.Auth) }
+
+// msgMem is what buffering a normal-case message costs.
+func msgMem(m Message) int {
+	switch m := m.(type) {
+	case *PrePrepare:
+		n := msgOverhead + len(m.Sig)
+		for i := range m.Batch {
+			n += reqMem(&m.Batch[i])
+		}
+		return n
+	case *Prepare:
+		return msgOverhead + len(m.Sig)
+	}
+	return msgOverhead
+}

@@ -22,17 +22,63 @@ func (r *Replica) admitView(src ReplicaID, v uint64, m Message) error {
 	if v-r.view > viewHorizon {
 		return fmt.Errorf("%w: view %d beyond horizon of view %d", ErrWatermark, v, r.view)
 	}
-	if len(r.future[src]) >= r.maxFuture() {
-		return fmt.Errorf("%w: %d messages of future views from replica %d", ErrFull, len(r.future[src]), src)
+	if err := r.checkFuture(src, m); err != nil {
+		return err
+	}
+	size := msgMem(m)
+	if len(r.future[src]) >= r.maxFuture() || r.futureBytes[src]+size > r.cfg.MaxFutureBytes {
+		return fmt.Errorf("%w: %d messages of %d bytes of future views from replica %d", ErrFull, len(r.future[src]), r.futureBytes[src], src)
 	}
 	r.future[src] = append(r.future[src], m)
+	r.futureBytes[src] += size
 	return errBuffered
+}
+
+// checkFuture checks what a future-view message can be checked for
+// before it is buffered, so that a Byzantine sender cannot fill the
+// buffer with what would be rejected anyway: a pre-prepare's batch bounds,
+// digest and signature, a prepare's signature. (A commit carries no
+// signature: the link authenticates it.) The batch's request
+// authenticators are checked when the message is replayed.
+func (r *Replica) checkFuture(src ReplicaID, m Message) error {
+	switch m := m.(type) {
+	case *PrePrepare:
+		if err := r.checkBatch(m.Batch); err != nil {
+			return err
+		}
+		if BatchDigest(m.Batch) != m.Digest {
+			return fmt.Errorf("%w: pre-prepare digest does not match its batch", ErrForged)
+		}
+		if !r.cfg.Auth.Verify(src, m, m.Sig) {
+			return fmt.Errorf("%w: pre-prepare signature", ErrForged)
+		}
+	case *Prepare:
+		if !r.cfg.Auth.Verify(src, m, m.Sig) {
+			return fmt.Errorf("%w: prepare signature of replica %d", ErrForged, src)
+		}
+	}
+	return nil
 }
 
 // maxFuture bounds the future-view messages buffered per sender: enough
 // for a pre-prepare, prepare and commit at every sequence number of a
-// window.
+// window. MaxFutureBytes bounds them in bytes.
 func (r *Replica) maxFuture() int { return 3*int(r.cfg.WatermarkWindow) + 8 }
+
+// setFuture replaces src's buffered future-view messages by buf, keeping
+// their byte count.
+func (r *Replica) setFuture(src ReplicaID, buf []Message) {
+	if len(buf) == 0 {
+		delete(r.future, src)
+		delete(r.futureBytes, src)
+		return
+	}
+	n := 0
+	for _, m := range buf {
+		n += msgMem(m)
+	}
+	r.future[src], r.futureBytes[src] = buf, n
+}
 
 func buffered(err error) error {
 	if err == errBuffered {

@@ -75,6 +75,7 @@ type Replica struct {
 	viewMinS    uint64 // min-s of the current view's new view
 	installing  bool   // enterView is installing the new view's pre-prepares
 	future      map[ReplicaID][]Message
+	futureBytes map[ReplicaID]int // msgMem of future's messages per sender
 	peerView    map[ReplicaID]uint64
 	lastHelp    map[ReplicaID]uint64 // tick a peer was last sent our new view
 	lastAnswer  map[ReplicaID]uint64 // tick a lagging peer was last sent our votes
@@ -185,8 +186,10 @@ type Status struct {
 
 	// Memory the core accounts for (see docs/bft.md, "Memory bounds"):
 	// the held requests and their arrival order (at most
-	// MaxPendingBytes plus the order).
-	PendingBytes int
+	// MaxPendingBytes plus the order), the future-view messages buffered
+	// (at most MaxFutureBytes per sender).
+	PendingBytes  int
+	BufferedBytes int
 }
 
 // NewReplica validates cfg, fills its defaults and returns a replica in
@@ -215,6 +218,7 @@ func NewReplica(cfg Config) (*Replica, error) {
 		lastServe:  make(map[ReplicaID]uint64),
 	}
 	r.pending.init()
+	r.futureBytes = make(map[ReplicaID]int)
 	// The state at seq 0 is a checkpoint every replica shares without a
 	// certificate.
 	r.ckpts[0] = r.takeCheckpoint(0)
@@ -395,6 +399,9 @@ func (r *Replica) Status() Status {
 	s.CheckpointSeqs = len(r.ckVotes)
 	for _, b := range r.future {
 		s.Buffered += len(b)
+	}
+	for _, b := range r.futureBytes {
+		s.BufferedBytes += b
 	}
 	return s
 }

@@ -328,11 +328,7 @@ func (r *Replica) dropFuture(drop func(v uint64) bool) {
 			}
 		}
 		clear(buf[k:])
-		if k == 0 {
-			delete(r.future, id)
-		} else {
-			r.future[id] = buf[:k]
-		}
+		r.setFuture(id, buf[:k])
 	}
 }
 
@@ -354,11 +350,7 @@ func (r *Replica) replayFuture() {
 				keep = append(keep, m)
 			}
 		}
-		if len(keep) == 0 {
-			delete(r.future, src)
-		} else {
-			r.future[src] = keep
-		}
+		r.setFuture(src, keep)
 		for _, m := range now {
 			if r.viewChanging {
 				return // a replayed message cannot start a view change, but be safe
