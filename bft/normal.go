@@ -22,7 +22,7 @@ func (r *Replica) admitView(src ReplicaID, v uint64, m Message) error {
 	if v-r.view > viewHorizon {
 		return fmt.Errorf("%w: view %d beyond horizon of view %d", ErrWatermark, v, r.view)
 	}
-	if err := r.checkFuture(src, m); err != nil {
+	if err := r.checkSigned(src, m); err != nil {
 		return err
 	}
 	size := msgMem(m)
@@ -34,13 +34,14 @@ func (r *Replica) admitView(src ReplicaID, v uint64, m Message) error {
 	return errBuffered
 }
 
-// checkFuture checks what a future-view message can be checked for
-// before it is buffered, so that a Byzantine sender cannot fill the
-// buffer with what would be rejected anyway: a pre-prepare's batch bounds,
-// digest and signature, a prepare's signature. (A commit carries no
-// signature: the link authenticates it.) The batch's request
-// authenticators are checked when the message is replayed.
-func (r *Replica) checkFuture(src ReplicaID, m Message) error {
+// checkSigned checks what a normal-case message can be checked for in any
+// view: a pre-prepare's batch bounds, digest and signature, a prepare's
+// signature. (A commit carries no signature: the link authenticates it.)
+// Future-view messages pass it before they are buffered, so that a
+// Byzantine sender cannot fill the buffer with what would be rejected
+// anyway; a batch's request authenticators are checked when the
+// pre-prepare is used.
+func (r *Replica) checkSigned(src ReplicaID, m Message) error {
 	switch m := m.(type) {
 	case *PrePrepare:
 		if err := r.checkBatch(m.Batch); err != nil {
@@ -113,14 +114,8 @@ func (r *Replica) onPrePrepare(src ReplicaID, pp *PrePrepare) error {
 		}
 		return fmt.Errorf("%w: view %d seq %d", ErrEquivocation, pp.View, pp.Seq)
 	}
-	if err := r.checkBatch(pp.Batch); err != nil {
+	if err := r.checkSigned(src, pp); err != nil {
 		return err
-	}
-	if BatchDigest(pp.Batch) != pp.Digest {
-		return fmt.Errorf("%w: pre-prepare digest does not match its batch", ErrForged)
-	}
-	if !r.cfg.Auth.Verify(src, pp, pp.Sig) {
-		return fmt.Errorf("%w: pre-prepare signature", ErrForged)
 	}
 	for i := range pp.Batch {
 		if !r.cfg.Auth.VerifyRequest(&pp.Batch[i]) {
