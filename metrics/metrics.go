@@ -36,6 +36,7 @@ var selectorSeries = []series[selector.Stats]{
 	{desc("selector", "sleeps_total", "Times the selector slept in epoll_wait.", "selector"), prometheus.CounterValue, func(s selector.Stats) float64 { return float64(s.Sleeps) }},
 	{desc("selector", "wakeups_total", "Times a sleeping selector was woken by another goroutine.", "selector"), prometheus.CounterValue, func(s selector.Stats) float64 { return float64(s.Wakeups) }},
 	{desc("selector", "keys", "Keys registered now.", "selector"), prometheus.GaugeValue, func(s selector.Stats) float64 { return float64(s.Keys) }},
+	{desc("selector", "spin_budget_seconds", "How long the next select spins before it sleeps (fixed or adaptive).", "selector"), prometheus.GaugeValue, func(s selector.Stats) float64 { return s.SpinBudget.Seconds() }},
 }
 
 var poolSeries = []series[bufpool.Stats]{

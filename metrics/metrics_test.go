@@ -92,7 +92,7 @@ rubin_transport_sent_bytes_total{transport="tcp"} 30
 		"rubin_transport_messages_received_total", "rubin_transport_sent_bytes_total"); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := testutil.GatherAndCount(reg); err != nil || n != 20 {
-		t.Fatalf("GatherAndCount = %d, %v; want 20 series", n, err)
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 21 {
+		t.Fatalf("GatherAndCount = %d, %v; want 21 series", n, err)
 	}
 }

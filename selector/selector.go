@@ -19,8 +19,9 @@
 // A source that can look for events without sleeping also implements Poller:
 //
 //	Poll(sink) bool      called on the selecting goroutine before it sleeps
-//	                     and while it spins (Config.SpinBudget); it reports
-//	                     ready keys to sink and tells whether it found any.
+//	                     and on every pass while it spins; it reports ready
+//	                     keys to sink and tells whether it found any. It
+//	                     must not make a system call when it finds nothing.
 //	Arm() bool           called just before the selector sleeps, to re-enable
 //	                     notification on FD; it returns true if events may
 //	                     have arrived before notification was enabled, and
@@ -30,6 +31,16 @@
 // channels still use, also implements Closer: the selector's Close calls
 // SelectorClosed once for every source still added, after the last select
 // has returned, so the source can move elsewhere or release itself.
+//
+// # Spinning
+//
+// Waking a sleeping thread costs more than polling for a short while, so a
+// select that finds nothing spins before it sleeps: it polls every Poller
+// on each pass, looks at epoll only every few passes and reads the clock
+// only every few passes, so a pass makes no system call. By default the
+// spin budget adapts (see Config.SpinBudget): it follows the recent waits
+// of selects, up to Config.MaxSpin, and drops to nothing when waits are
+// mostly longer than that; Stats reports the budget in force.
 //
 // Any goroutine can also report a key ready with Registration.Ready, for
 // readiness that no descriptor shows, such as a message already buffered in
@@ -121,8 +132,14 @@ var errClosed = fmt.Errorf("selector: %w", net.ErrClosed)
 type Config struct {
 	// SpinBudget is how long a select keeps polling its sources before it
 	// sleeps in epoll: waking a sleeping thread costs more than polling
-	// for a short while. Zero means sleep at once.
+	// for a short while. Zero (the default) adapts the budget to the
+	// recent waits, up to MaxSpin, for selectors that have a Poller (an
+	// RDMA completion queue); a selector of sockets only then sleeps at
+	// once. A positive value is a fixed budget; NoSpin (negative) never
+	// spins.
 	SpinBudget time.Duration
+	// MaxSpin caps the adaptive spin budget. Default DefaultMaxSpin.
+	MaxSpin time.Duration
 	// MaxEvents is how many epoll events one system call returns at most.
 	// Default 256.
 	MaxEvents int
@@ -137,6 +154,9 @@ type Stats struct {
 	Wakeups  uint64 // times a sleeping selector was woken by Wakeup or Ready
 	Keys     int    // keys registered now
 	Sources  int    // event sources now
+	// SpinBudget is how long the next select would spin: the fixed
+	// budget, or the adaptive one learned so far.
+	SpinBudget time.Duration
 }
 
 // Selector multiplexes channels. Select, SelectTimeout, SelectNow and
@@ -163,9 +183,12 @@ type Selector struct {
 	parkErr  error
 	parkedBy time.Time // the read deadline set on epfile
 
+	spin     *spinner
+	pollers  atomic.Pointer[[]Poller] // copied on write under mu
+	readyLen atomic.Int32             // len(readyq), read without mu
+
 	mu      sync.Mutex // guards the fields below
 	sources map[int32]sourceEntry
-	pollers []Poller
 	keys    map[*selectionkey.Key]*Registration
 	readyq  []*Registration
 	nextGen uint32
@@ -185,11 +208,14 @@ type sourceEntry struct {
 
 // New opens a selector.
 func New(cfg Config) (*Selector, error) {
-	if cfg.SpinBudget < 0 || cfg.MaxEvents < 0 {
+	if (cfg.SpinBudget < 0 && cfg.SpinBudget != NoSpin) || cfg.MaxSpin < 0 || cfg.MaxEvents < 0 {
 		return nil, fmt.Errorf("selector: negative value in config %+v", cfg)
 	}
 	if cfg.MaxEvents == 0 {
 		cfg.MaxEvents = 256
+	}
+	if cfg.MaxSpin == 0 {
+		cfg.MaxSpin = DefaultMaxSpin
 	}
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
@@ -236,7 +262,9 @@ func New(cfg Config) (*Selector, error) {
 		sources: make(map[int32]sourceEntry),
 		keys:    make(map[*selectionkey.Key]*Registration),
 		nextGen: 1,
+		spin:    newSpinner(cfg.SpinBudget, cfg.MaxSpin),
 	}
+	s.pollers.Store(new([]Poller))
 	s.sink.s = s
 	s.parkPoll = s.pollEpoll
 	return s, nil
@@ -298,7 +326,9 @@ func (s *Selector) AddSource(src Source, events uint32) error {
 	}
 	s.sources[fd] = sourceEntry{src: src, gen: gen}
 	if p, ok := src.(Poller); ok {
-		s.pollers = append(s.pollers[:len(s.pollers):len(s.pollers)], p)
+		old := *s.pollers.Load()
+		ps := append(old[:len(old):len(old)], p)
+		s.pollers.Store(&ps)
 	}
 	return nil
 }
@@ -335,13 +365,14 @@ func (s *Selector) RemoveSource(src Source) error {
 	}
 	delete(s.sources, fd)
 	if p, ok := src.(Poller); ok {
-		kept := make([]Poller, 0, len(s.pollers))
-		for _, q := range s.pollers {
+		old := *s.pollers.Load()
+		kept := make([]Poller, 0, len(old))
+		for _, q := range old {
 			if q != p {
 				kept = append(kept, q)
 			}
 		}
-		s.pollers = kept
+		s.pollers.Store(&kept)
 	}
 	if err := unix.EpollCtl(s.epfd, unix.EPOLL_CTL_DEL, int(fd), nil); err != nil && !s.closed.Load() {
 		return fmt.Errorf("selector: removing fd %d: %w", fd, err)
@@ -408,7 +439,8 @@ func (s *Selector) doSelect(timeout time.Duration) (int, error) {
 	// Without a spin budget, a select that may wait goes straight to
 	// epoll_wait with its timeout: a non-blocking epoll_wait first would
 	// cost a system call per select.
-	polled := timeout == 0 || s.cfg.SpinBudget > 0
+	budget := s.spin.budget(len(*s.pollers.Load()) > 0)
+	polled := timeout == 0 || budget > 0
 	if err := s.collect(0, true, polled); err != nil {
 		return 0, err
 	}
@@ -420,32 +452,30 @@ func (s *Selector) doSelect(timeout time.Duration) (int, error) {
 				return 0, err
 			}
 		}
+		if timeout != 0 && len(s.selected) > 0 {
+			s.spin.record(0) // a select that may wait did not need to
+		}
 		return s.finish()
 	}
+	start := time.Now()
 	var deadline time.Time
 	if timeout > 0 {
-		deadline = time.Now().Add(timeout)
+		deadline = start.Add(timeout)
 	}
-	if budget := s.cfg.SpinBudget; budget > 0 {
-		spinUntil := time.Now().Add(budget)
-		if timeout > 0 && deadline.Before(spinUntil) {
-			spinUntil = deadline // SelectTimeout waits at most its timeout
+	if budget > 0 {
+		found, err := s.spinFor(start, budget, deadline)
+		if err != nil {
+			return 0, err
 		}
-		for time.Now().Before(spinUntil) {
-			s.spins.Add(1)
-			// Let goroutines that share this P run: a spinning
-			// selector must not starve the readers it just woke.
-			runtime.Gosched()
-			if err := s.collect(0, true, true); err != nil {
-				return 0, err
-			}
-			if len(s.selected) > 0 || s.woken.Swap(false) || s.closed.Load() {
-				return s.finish()
-			}
+		if found {
+			return s.finishWaited(start)
 		}
 	}
 	for {
 		if timeout > 0 && !time.Now().Before(deadline) {
+			if waited := time.Since(start); waited > s.cfg.MaxSpin {
+				s.spin.record(waited) // nothing came within the cap
+			}
 			return s.finish()
 		}
 		if !s.arm() {
@@ -455,9 +485,7 @@ func (s *Selector) doSelect(timeout time.Duration) (int, error) {
 			}
 		} else {
 			s.sleeping.Store(true)
-			s.mu.Lock()
-			queued := len(s.readyq) > 0
-			s.mu.Unlock()
+			queued := s.readyLen.Load() > 0
 			var err error
 			if queued || s.woken.Load() || s.closed.Load() {
 				s.sleeping.Store(false)
@@ -472,9 +500,57 @@ func (s *Selector) doSelect(timeout time.Duration) (int, error) {
 			}
 		}
 		if len(s.selected) > 0 || s.woken.Swap(false) || s.closed.Load() {
-			return s.finish()
+			return s.finishWaited(start)
 		}
 	}
+}
+
+// spinFor polls the sources until one reports a key, Wakeup is called, the
+// selector closes, budget has passed since start, or the deadline (zero:
+// none) passes; it reports whether it found something to return. See the
+// package documentation on spinning for what a pass costs.
+func (s *Selector) spinFor(start time.Time, budget time.Duration, deadline time.Time) (bool, error) {
+	spinUntil := start.Add(budget)
+	if !deadline.IsZero() && deadline.Before(spinUntil) {
+		spinUntil = deadline // SelectTimeout waits at most its timeout
+	}
+	yielded := start
+	pass := uint64(0)
+	defer func() { s.spins.Add(pass % clockEvery) }()
+	for {
+		pass++
+		pollers := *s.pollers.Load()
+		epoll := len(pollers) == 0 || pass%epollEvery == 0
+		if err := s.collect(0, true, epoll); err != nil {
+			return false, err
+		}
+		if len(s.selected) > 0 || s.woken.Swap(false) || s.closed.Load() {
+			return true, nil
+		}
+		if pass%clockEvery != 0 {
+			continue
+		}
+		s.spins.Add(clockEvery)
+		now := time.Now()
+		if !now.Before(spinUntil) {
+			return false, nil
+		}
+		if now.Sub(yielded) >= yieldEvery {
+			// Let goroutines that share this thread run: a spinning
+			// selector must not starve the readers it just woke.
+			runtime.Gosched()
+			yielded = now
+		}
+	}
+}
+
+// finishWaited is finish for a select that waited since start: the wait
+// teaches the adaptive spin budget, unless only Wakeup ended it.
+func (s *Selector) finishWaited(start time.Time) (int, error) {
+	if len(s.selected) > 0 {
+		s.spin.record(time.Since(start))
+	}
+	return s.finish()
 }
 
 // park sleeps until epoll has events or the deadline (zero: none) passes,
@@ -541,9 +617,7 @@ func (s *Selector) finish() (int, error) {
 
 // arm re-enables notification on every Poller; false if one saw a race.
 func (s *Selector) arm() bool {
-	s.mu.Lock()
-	pollers := s.pollers
-	s.mu.Unlock()
+	pollers := *s.pollers.Load()
 	ok := true
 	for _, p := range pollers {
 		if p.Arm() {
@@ -558,10 +632,7 @@ func (s *Selector) arm() bool {
 // and from the ready queue.
 func (s *Selector) collect(ms int, poll, epoll bool) error {
 	if poll {
-		s.mu.Lock()
-		pollers := s.pollers
-		s.mu.Unlock()
-		for _, p := range pollers {
+		for _, p := range *s.pollers.Load() {
 			p.Poll(&s.sink)
 		}
 	}
@@ -615,9 +686,13 @@ func (s *Selector) dispatch(events []unix.EpollEvent) {
 // drainReady moves keys reported with Registration.Ready into the
 // selected set.
 func (s *Selector) drainReady() {
+	if s.readyLen.Load() == 0 {
+		return
+	}
 	s.mu.Lock()
 	q := s.readyq
 	s.readyq = nil
+	s.readyLen.Store(0)
 	s.mu.Unlock()
 	for _, r := range q {
 		r.queued.Store(false)
@@ -650,13 +725,14 @@ func (s *Selector) Stats() Stats {
 	keys, sources := len(s.keys), len(s.sources)
 	s.mu.Unlock()
 	return Stats{
-		Selects:  s.selects.Load(),
-		Selected: s.selectedN.Load(),
-		Spins:    s.spins.Load(),
-		Sleeps:   s.sleeps.Load(),
-		Wakeups:  s.wakeups.Load(),
-		Keys:     keys,
-		Sources:  sources,
+		SpinBudget: s.spin.budget(len(*s.pollers.Load()) > 0),
+		Selects:    s.selects.Load(),
+		Selected:   s.selectedN.Load(),
+		Spins:      s.spins.Load(),
+		Sleeps:     s.sleeps.Load(),
+		Wakeups:    s.wakeups.Load(),
+		Keys:       keys,
+		Sources:    sources,
 	}
 }
 
@@ -692,7 +768,7 @@ func (s *Selector) Close() error {
 		}
 	}
 	clear(s.sources)
-	s.pollers = nil
+	s.pollers.Store(new([]Poller))
 	err := errors.Join(s.epfile.Close(), unix.Close(s.wakefd))
 	s.mu.Unlock()
 	for _, c := range closers {
@@ -764,6 +840,7 @@ func (r *Registration) Ready(ops selectionkey.Ops) {
 	s := r.sel
 	s.mu.Lock()
 	s.readyq = append(s.readyq, r)
+	s.readyLen.Store(int32(len(s.readyq)))
 	s.mu.Unlock()
 	s.wake()
 }

@@ -688,6 +688,55 @@ func TestSpinBudget(t *testing.T) {
 	})
 }
 
+// TestAdaptiveSpin checks the default budget: a selector with a poller
+// starts out spinning up to the cap, stops spinning once its waits are
+// mostly longer than the cap, and spins again once events come quickly.
+func TestAdaptiveSpin(t *testing.T) {
+	leakcheck.Check(t)
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	const limit = 200 * time.Microsecond
+	src := &pollSource{fd: fd}
+	s := newSelector(t, selector.Config{MaxSpin: limit})
+	if got := s.Stats().SpinBudget; got != 0 {
+		t.Errorf("SpinBudget %v without a poller; want 0", got)
+	}
+	c := &polledChan{fdChan: fdChan{t: t, fd: -1}, src: src}
+	k := register(t, s, c, selectionkey.OpRead)
+	if got := s.Stats().SpinBudget; got != limit {
+		t.Errorf("SpinBudget %v with a poller and no history; want the cap %v", got, limit)
+	}
+	for range 16 {
+		if _, err := s.SelectTimeout(2 * time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.Stats().SpinBudget; got != 0 {
+		t.Errorf("SpinBudget %v after 16 selects that waited past the cap; want 0", got)
+	}
+	spins := s.Stats().Spins
+	if _, err := s.SelectTimeout(time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Stats().Spins; got != spins {
+		t.Errorf("a select spun %d rounds with a budget of 0", got-spins)
+	}
+	// Events that are there at once are waits of zero: spinning pays again.
+	for range 16 {
+		src.mu.Lock()
+		src.pending = true
+		src.mu.Unlock()
+		n, err := s.SelectTimeout(patience)
+		selectOnly(t, n, err, s.SelectedKeys(), selectionkey.OpRead, k)
+	}
+	if got := s.Stats().SpinBudget; got <= 0 || got > limit {
+		t.Errorf("SpinBudget %v after 16 quick events; want within (0, %v]", got, limit)
+	}
+}
+
 // pollSource is a shared event source with a descriptor nobody writes: it
 // finds events only by polling, like an RDMA completion queue whose
 // notification is re-armed before sleeping.
@@ -925,7 +974,7 @@ func TestStats(t *testing.T) {
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
-	for _, cfg := range []selector.Config{{SpinBudget: -1}, {MaxEvents: -1}} {
+	for _, cfg := range []selector.Config{{SpinBudget: -2}, {MaxSpin: -1}, {MaxEvents: -1}} {
 		if s, err := selector.New(cfg); err == nil {
 			s.Close()
 			t.Errorf("New(%+v) succeeded", cfg)

@@ -1,0 +1,112 @@
+package selector
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// NoSpin as Config.SpinBudget makes every select sleep at once.
+const NoSpin time.Duration = -1
+
+// DefaultMaxSpin is the default cap of the adaptive spin budget. It is
+// large because a sleeping thread that a completion wakes can cost
+// hundreds of microseconds (emulated machines, deep CPU idle states):
+// a wait shorter than that is cheaper spun than slept.
+const DefaultMaxSpin = time.Millisecond
+
+// How the spin loop spends its passes: a pass polls every Poller (a
+// completion queue poll needs no system call) and the ready queue (an
+// atomic load); epoll, the clock and the scheduler are consulted only
+// every so many passes, so that spinning costs no system call per pass.
+const (
+	// epollEvery is how many passes go by between two non-blocking
+	// epoll_waits, for sources that only a descriptor reports (sockets,
+	// event channels), when there are pollers to poll in between.
+	epollEvery = 16
+	// clockEvery is how many passes go by between two clock readings.
+	clockEvery = 8
+	// yieldEvery is how long a spin goes before it lets the goroutines
+	// that share its thread run (runtime.Gosched). Yielding on every pass
+	// wakes the runtime's idle threads over and over, each of which polls
+	// the runtime's own network poller: a system call storm.
+	yieldEvery = 50 * time.Microsecond
+)
+
+// spinHistory is how many recent waits the adaptive budget learns from.
+const spinHistory = 16
+
+// A spinner decides how long a select polls before it sleeps. With a
+// fixed budget it always answers that budget. Adaptively, it learns from
+// the recent waits (the time from the moment a select starts waiting until
+// it finds a key): if most of them were shorter than the cap, it spins a
+// little longer than the longest of those; otherwise spinning would mostly
+// be wasted and it does not spin. Only the selecting goroutine calls
+// budget and record; Stats reads current.
+type spinner struct {
+	fixed   time.Duration // > 0: always this; < 0: never spin
+	cap     time.Duration // the adaptive budget's bound
+	waits   [spinHistory]time.Duration
+	n       int // waits recorded, up to spinHistory
+	next    int // ring index of the next wait
+	current atomic.Int64
+}
+
+func newSpinner(fixed, cap time.Duration) *spinner {
+	sp := &spinner{fixed: fixed, cap: cap}
+	sp.current.Store(int64(sp.compute()))
+	return sp
+}
+
+// adaptive reports whether the budget is learned.
+func (sp *spinner) adaptive() bool { return sp.fixed == 0 }
+
+// budget is how long the next select spins. An adaptive spinner spins only
+// for selectors with pollers: epoll alone is as cheap to sleep in as to
+// poll, and a socket's wake-up goes through the runtime's poller anyway.
+func (sp *spinner) budget(pollers bool) time.Duration {
+	if sp.adaptive() && !pollers {
+		return 0
+	}
+	return time.Duration(sp.current.Load())
+}
+
+// record learns one wait.
+func (sp *spinner) record(w time.Duration) {
+	if !sp.adaptive() {
+		return
+	}
+	sp.waits[sp.next] = w
+	sp.next = (sp.next + 1) % spinHistory
+	sp.n = min(sp.n+1, spinHistory)
+	sp.current.Store(int64(sp.compute()))
+}
+
+// compute derives the budget from the recorded waits: until it has seen a
+// few, the cap; then half again the longest wait under the cap if at least
+// half the waits were under it, else none.
+func (sp *spinner) compute() time.Duration {
+	switch {
+	case sp.fixed < 0:
+		return 0
+	case sp.fixed > 0:
+		return sp.fixed
+	case sp.n < spinHistory/4:
+		return sp.cap
+	}
+	short := 0
+	var longest time.Duration
+	for _, w := range sp.waits[:sp.n] {
+		if w <= sp.cap {
+			short++
+			longest = max(longest, w)
+		}
+	}
+	if 2*short < sp.n {
+		return 0
+	}
+	return min(sp.cap, longest+longest/2+minSpin)
+}
+
+// minSpin is added to every adaptive budget, so that a run of very short
+// waits does not make it too short to catch the next one.
+const minSpin = 5 * time.Microsecond
