@@ -47,6 +47,13 @@ type Conn struct {
 	reg      atomic.Pointer[selector.Registration]
 	listener *Listener // for a passive connection until it is accepted
 
+	// Guarded by cm.mu: an active connection makes its queue pair when
+	// its route is resolved, on the completion queue of the selector it is
+	// registered with. Until it is registered, or told to go on without
+	// a selector (homeOK), it holds there.
+	held   bool // route resolved, queue pair not made yet
+	homeOK bool // the transport's own completion queue will do
+
 	// Set once the queue pair exists, before it is used.
 	eng    *engine
 	qp     verbs.QP
@@ -160,28 +167,51 @@ func (c *Conn) handleEvent(ev *verbs.Event, sink *selector.Sink) {
 		c.state = stateRoute
 		c.mu.Unlock()
 	case verbs.RouteResolved:
-		var sel *selector.Selector
-		if r := c.reg.Load(); r != nil {
-			sel = r.Selector()
-		}
-		if err := c.setupQP(sel); err != nil {
-			c.connectFailed(err, sink)
+		if c.reg.Load() == nil && !c.homeOK {
+			c.held = true // Bind or proceed goes on
 			return
 		}
-		err := c.id.Connect(c.hello().encode())
-		if err != nil {
-			c.connectFailed(err, sink)
-			return
-		}
-		c.mu.Lock()
-		c.state = stateConnecting
-		c.mu.Unlock()
+		c.startConnect(sink)
 	case verbs.Established:
 		c.established(ev.Private, sink)
 	case verbs.AddrError, verbs.RouteError, verbs.Unreachable, verbs.ConnectError, verbs.Rejected:
 		c.connectFailed(eventError(ev), sink)
 	case verbs.Disconnected, verbs.DeviceRemoval:
 		c.disconnected(sink)
+	}
+}
+
+// startConnect makes the queue pair, on the completion queue of the
+// selector the connection is registered with (or the transport's own),
+// and sends the connect request. The caller holds c.cm.mu.
+func (c *Conn) startConnect(sink *selector.Sink) {
+	c.held = false
+	var sel *selector.Selector
+	if r := c.reg.Load(); r != nil {
+		sel = r.Selector()
+	}
+	if err := c.setupQP(sel); err != nil {
+		c.connectFailed(err, sink)
+		return
+	}
+	if err := c.id.Connect(c.hello().encode()); err != nil {
+		c.connectFailed(err, sink)
+		return
+	}
+	c.mu.Lock()
+	c.state = stateConnecting
+	c.mu.Unlock()
+}
+
+// proceed lets a connect that is not registered with a selector go on,
+// on the transport's own completion queue: a blocking Dial, or
+// FinishConnect on an unregistered connection.
+func (c *Conn) proceed() {
+	c.cm.mu.Lock()
+	defer c.cm.mu.Unlock()
+	c.homeOK = true
+	if c.held && !c.cm.dead {
+		c.startConnect(nil)
 	}
 }
 
@@ -993,6 +1023,9 @@ func (c *Conn) FinishConnect() (bool, error) {
 		}
 		return true, nil
 	}
+	if c.reg.Load() == nil {
+		c.proceed()
+	}
 	c.cm.process(nil)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -1010,6 +1043,7 @@ func (c *Conn) FinishConnect() (bool, error) {
 
 // awaitConnect waits for a pending connect to finish.
 func (c *Conn) awaitConnect(ctx context.Context) error {
+	c.proceed()
 	for {
 		c.cm.process(nil)
 		c.mu.Lock()
@@ -1310,6 +1344,11 @@ func (c *Conn) Bind(r *selector.Registration) error {
 		c.reg.Store(nil)
 		return err
 	}
+	c.cm.mu.Lock()
+	if c.held && !c.cm.dead {
+		c.startConnect(nil)
+	}
+	c.cm.mu.Unlock()
 	if ops := c.ReadyOps() & r.Key().Interest(); ops != 0 {
 		r.Ready(ops)
 	}

@@ -114,7 +114,8 @@ type Config struct {
 	// disconnects anyway. Default DefaultLinger.
 	Linger time.Duration
 	// SpinBudget is the spin budget of the transport's own poller, which
-	// serves channels not bound to a selector's completion queue.
+	// serves channels not bound to a selector's completion queue; as
+	// selector.Config.SpinBudget: zero adapts, selector.NoSpin never spins.
 	SpinBudget time.Duration
 }
 
@@ -124,7 +125,7 @@ func (c *Config) setDefaults() error {
 			return errors.New("rdma: negative value in Config")
 		}
 	}
-	if c.ConnectTimeout < 0 || c.Linger < 0 || c.SpinBudget < 0 || c.Inline < -1 {
+	if c.ConnectTimeout < 0 || c.Linger < 0 || c.SpinBudget < -1 /* -1: selector.NoSpin */ || c.Inline < -1 {
 		return errors.New("rdma: negative value in Config")
 	}
 	def := func(v *int, d int) {

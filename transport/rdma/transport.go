@@ -357,8 +357,11 @@ func (t *Transport) Dial(ctx context.Context, address string) (*Conn, error) {
 
 // Connect starts connecting to address and returns a Conn in non-blocking
 // mode whose connect is pending: register it for OpConnect and call
-// FinishConnect. A Conn registered before its route is resolved uses the
-// completion queue of its selector. ctx bounds only the name resolution.
+// FinishConnect. Its queue pair uses the completion queue of the selector
+// it is registered with: once its route is resolved the connect waits
+// until it is registered, or until FinishConnect is called on it
+// unregistered, which makes it use the transport's own poller. ctx bounds
+// only the name resolution.
 func (t *Transport) Connect(ctx context.Context, address string) (*Conn, error) {
 	raddr, err := addr.Resolve(ctx, "rdma", "dial", address)
 	if err != nil {
