@@ -58,6 +58,9 @@ type api struct {
 	client func(ctx context.Context, cfg clientConfig, rec *recorder) error
 	// spin reports whether serve and client honour cfg.spin.
 	spin bool
+	// oneway reports whether client streams one way with cfg.oneway and
+	// serve counts such a stream (see oneway.go).
+	oneway bool
 	// check, if set, rejects a -transport value the api cannot run over,
 	// with an error that says why, before serve or client runs.
 	check func(network string) error
@@ -82,6 +85,7 @@ type clientConfig struct {
 	conns   int           // connections to open
 	depth   int           // messages in flight per connection
 	spin    time.Duration // the busy-poll budget, if the api honours one
+	oneway  bool          // stream one way (-oneway); only apis with oneway set
 }
 
 // apis holds the registered apis by name. It is written only by init

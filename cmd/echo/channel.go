@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,7 +18,7 @@ import (
 )
 
 func init() {
-	registerAPI("channel", api{serve: serveChannel, client: runChannelClient, spin: true})
+	registerAPI("channel", api{serve: serveChannel, client: runChannelClient, spin: true, oneway: true})
 }
 
 // openTransport opens the transport the -transport value names.
@@ -138,8 +139,21 @@ func echoReady(k *selectionkey.Key, c anytransport.Conn) error {
 		if err != nil {
 			return err
 		}
-		if err := c.Send(b); errors.Is(err, channel.ErrWouldBlock) {
-			k.Attach(b)
+		reply := b
+		if ow, ok := k.Attachment().(*onewayCount); ok {
+			if reply = nil; ow.take(b) {
+				reply = b
+				k.Attach(nil)
+			}
+		} else if bytes.Equal(b.Bytes(), onewayBegin) {
+			reply = nil
+			b.Release()
+			k.Attach(&onewayCount{})
+		}
+		if reply == nil {
+			// counted: nothing goes back
+		} else if err := c.Send(reply); errors.Is(err, channel.ErrWouldBlock) {
+			k.Attach(reply)
 			return k.SetInterest(selectionkey.OpWrite)
 		} else if err != nil {
 			return err
@@ -177,6 +191,7 @@ type clientConn struct {
 	count    int
 	pending  *bufpool.Buffer // a message Send could not take yet
 	done     bool            // the recorder has no more messages for it
+	ow       oneway          // with -oneway
 }
 
 // runChannelClient is the channel api's client: every connection on one
@@ -249,12 +264,24 @@ func (cc *clientConn) step(k *selectionkey.Key, cfg clientConfig, rec *recorder)
 		if err := k.SetInterest(selectionkey.OpRead); err != nil {
 			return false, err
 		}
+		if cfg.oneway {
+			return false, cc.stream(k, cfg, rec)
+		}
 		return cc.fill(k, cfg, rec)
 	}
 	if k.IsWritable() && cc.pending != nil {
 		if err := cc.send(k, cc.pending); err != nil {
 			return false, err
 		}
+	}
+	if cfg.oneway {
+		if err := cc.stream(k, cfg, rec); err != nil {
+			return false, err
+		}
+		if !k.IsReadable() {
+			return false, nil
+		}
+		return cc.confirm(cfg, rec)
 	}
 	if k.IsReadable() {
 		for cc.count > 0 {
@@ -298,12 +325,10 @@ func (cc *clientConn) fill(k *selectionkey.Key, cfg clientConfig, rec *recorder)
 			cc.done = true
 			break
 		}
-		b, err := cc.c.Pool().TryGet()
+		b, err := cc.message(cfg, seq)
 		if err != nil {
-			return false, fmt.Errorf("message %d: %w", seq, err)
+			return false, err
 		}
-		fillPayload(b.Full()[:cfg.size], seq)
-		b.SetLen(cfg.size)
 		cc.inFlight[(cc.head+cc.count)%len(cc.inFlight)] = inFlight{seq: seq, start: time.Now()}
 		cc.count++
 		if err := cc.send(k, b); err != nil {
@@ -311,6 +336,17 @@ func (cc *clientConn) fill(k *selectionkey.Key, cfg clientConfig, rec *recorder)
 		}
 	}
 	return cc.done && cc.count == 0, nil
+}
+
+// message returns a pool buffer holding message seq.
+func (cc *clientConn) message(cfg clientConfig, seq uint64) (*bufpool.Buffer, error) {
+	b, err := cc.c.Pool().TryGet()
+	if err != nil {
+		return nil, fmt.Errorf("message %d: %w", seq, err)
+	}
+	fillPayload(b.Full()[:cfg.size], seq)
+	b.SetLen(cfg.size)
+	return b, nil
 }
 
 // send sends b, or keeps it pending until the connection is writable.

@@ -4,7 +4,7 @@
 // Usage:
 //
 //	echo server -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT [-spin DURATION] [-metrics-addr ADDR]
-//	echo client -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT -size BYTES -n COUNT -conns N [-depth D] [-warmup W] [-spin DURATION]
+//	echo client -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT -size BYTES -n COUNT -conns N [-depth D] [-warmup W] [-spin DURATION] [-oneway]
 //	echo
 //
 // The server echoes back every byte it receives. Once it listens it prints
@@ -21,6 +21,15 @@
 // of the read of the whole echo; msgs_per_s is the measured messages over the
 // wall time of the measured phase; MBps counts the payload one way. Further
 // fields may be added at the end of the line, never before.
+//
+// With -oneway (api channel) the client streams its messages one way, as
+// fast as each connection takes them, and the server only counts them;
+// at the end the server sends back its count, which the client checks. The
+// measured phase ends when the last total arrives; msgs_per_s and MBps are
+// then comparable with ib_send_bw's, and the line ends with oneway=1. The
+// latency fields mean nothing then: every message is recorded as taking
+// no time but each connection's last, recorded as the time from its send
+// to the total.
 //
 // With no arguments, echo runs a demo: a server and a client in one process
 // on 127.0.0.1, over a few message sizes, for each api, printing a table.
@@ -73,7 +82,7 @@ const maxSize = 64 << 20
 
 const usageText = `usage:
   echo server -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT [-spin DURATION] [-metrics-addr ADDR]
-  echo client -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT -size BYTES -n COUNT -conns N [-depth D] [-warmup W] [-spin DURATION]
+  echo client -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT -size BYTES -n COUNT -conns N [-depth D] [-warmup W] [-spin DURATION] [-oneway]
   echo          (no arguments: a demo over 127.0.0.1)
 `
 
@@ -257,6 +266,7 @@ type clientFlags struct {
 	conns  int
 	depth  int
 	warmup int // -1 until set
+	oneway bool
 }
 
 func runClientCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -268,6 +278,7 @@ func runClientCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.IntVar(&cf.n, "n", 10000, "measured messages, over all connections")
 	fs.IntVar(&cf.conns, "conns", 1, "connections")
 	fs.IntVar(&cf.depth, "depth", 1, "messages in flight per connection")
+	fs.BoolVar(&cf.oneway, "oneway", false, "stream messages one way, as fast as the connection takes them; the server counts them and confirms the total (api channel)")
 	cf.warmup = -1 // unset: derived from -n by check
 	fs.Func("warmup", "`count` of unmeasured messages sent first (default min(1000, n/10))", func(s string) error {
 		v, err := strconv.Atoi(s)
@@ -287,6 +298,9 @@ func runClientCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err := cf.check(); err != nil {
 		return err
 	}
+	if cf.oneway && !a.oneway {
+		return fmt.Errorf("%w: -oneway: api %s has no one-way mode", errUsage, common.api)
+	}
 	stop, err := common.startProfile()
 	if err != nil {
 		return err
@@ -299,6 +313,7 @@ func runClientCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 		conns:   cf.conns,
 		depth:   cf.depth,
 		spin:    common.effectiveSpin(a, stderr),
+		oneway:  cf.oneway,
 	}
 	s, err := runClient(ctx, a, cfg, cf.n, cf.warmup, stderr)
 	if err != nil {
@@ -364,6 +379,7 @@ func runClient(ctx context.Context, a api, cfg clientConfig, n, warmup int, stde
 		conns:     cfg.conns,
 		depth:     cfg.depth,
 		warmup:    warmup,
+		oneway:    cfg.oneway,
 		spin:      cfg.spin,
 		result:    res,
 	}, nil
@@ -378,18 +394,23 @@ type summary struct {
 	depth     int
 	warmup    int
 	spin      time.Duration
+	oneway    bool
 	result
 }
 
 // String formats s as the summary line.
 func (s summary) String() string {
 	rate := s.msgsPerSecond()
-	return fmt.Sprintf("transport=%s size=%d conns=%d msgs=%d p50_us=%.1f p99_us=%.1f p999_us=%.1f msgs_per_s=%.0f MBps=%.2f api=%s spin_us=%s depth=%d warmup=%d wall_s=%.3f",
+	line := fmt.Sprintf("transport=%s size=%d conns=%d msgs=%d p50_us=%.1f p99_us=%.1f p999_us=%.1f msgs_per_s=%.0f MBps=%.2f api=%s spin_us=%s depth=%d warmup=%d wall_s=%.3f",
 		s.transport, s.size, s.conns, s.msgs,
 		micros(s.p50), micros(s.p99), micros(s.p999),
 		rate, rate*float64(s.size)/1e6,
 		s.api, strconv.FormatFloat(micros(s.spin), 'f', -1, 64),
 		s.depth, s.warmup, s.wall.Seconds())
+	if s.oneway {
+		line += " oneway=1"
+	}
+	return line
 }
 
 // micros returns d in microseconds.
