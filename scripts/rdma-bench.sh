@@ -9,7 +9,7 @@
 # machine and runs rdmabench there (see its package comment for what it
 # measures and how), which prints its tables. With -write it also writes
 # the report to docs/benchmarks-rdma.md and the plot to
-# docs/latency-vs-size-rdma.svg. The whole run takes 2-3 minutes here
+# docs/latency-vs-size-rdma.svg. The whole run takes several minutes here
 # (software emulation); -quick is the small run for CI, under a minute.
 # -wait first waits, for up to ten minutes, until no other virtual machine
 # runs on the host. Flags after -- go to rdmabench, for instance

@@ -12,8 +12,8 @@
 // or by hand, in the guest:
 //
 //	rdmabench -echo PATH [-addr IP] [-device rxe0] [-sizes 64,1024,16384,102400]
-//	        [-contenders perftest,rdma-channel,rdma-conn,tcp-channel] [-rounds 3]
-//	        [-n 2000] [-depth 16] [-spin 10ms] [-md FILE] [-svg FILE] [-quick]
+//	        [-contenders perftest,rdma-channel,rdma-oneway,rdma-conn,tcp-channel] [-rounds 3]
+//	        [-n 2000] [-depth 16] [-spin 0] [-md FILE] [-svg FILE] [-quick]
 //
 // For each message size, it runs every contender in turn, -rounds times
 // over (A B C D A B C D ...), each run fresh processes, the server pinned to
@@ -24,6 +24,9 @@
 //     (one-way stream of sends, 128 in flight);
 //   - rdma-channel: echo -transport rdma -api channel, rubin's channels on
 //     one selector;
+//   - rdma-oneway: echo client -oneway over the same: a one-way stream of
+//     messages, as fast as the connection takes them, the figure to set
+//     against ib_send_bw's (a throughput run only);
 //   - rdma-conn: echo -transport rdma -api conn, rubin's net.Conn face;
 //   - tcp-channel: echo -transport tcp -api channel over the same address
 //     (which the kernel loops back).
@@ -33,12 +36,11 @@
 // typical one-way time, and a throughput run, one connection with -depth
 // messages in flight, whose MB/s (payload, one way) is set against
 // ib_send_bw's. Server and client of every echo contender get the same
-// busy-poll budget, -spin; perftest always busy-polls. The default budget,
-// 10ms, is long because emulation stretches every step: it outlasts a
-// round trip at every size measured, so ours, like perftest, poll through
-// each wait instead of sleeping (with 50us, the budget a real machine
-// would want, a 64-byte TCP echo sleeps before every reply and its p50
-// round trip in the emulated machine is 0.7-2.5 ms instead of 60 us).
+// busy-poll setting, -spin; perftest always busy-polls. The default, 0, is
+// the default configuration: the selector's adaptive spin budget, which
+// follows the recent waits up to its cap (selector.DefaultMaxSpin) on
+// selectors with an RDMA completion queue, and sleeps at once on
+// selectors of sockets only. A positive -spin fixes the budget instead.
 // Every figure is the median of its rounds, and ratios are taken between
 // figures of the same run, then held against the transport's targets: a
 // one-way p50 at most 1.15x ib_send_lat's from 64 B to 16 KiB, MB/s at
@@ -85,12 +87,14 @@ type contender struct {
 	name      string // as on the command line and in reports
 	transport string // the echo command's -transport; empty for perftest
 	api       string // the echo command's -api
+	oneway    bool   // a one-way stream: a throughput run only
 }
 
 // The contenders, in the order they run in each round.
 const (
 	perftest    = "perftest"
 	rdmaChannel = "rdma-channel"
+	rdmaOneway  = "rdma-oneway"
 	rdmaConn    = "rdma-conn"
 	tcpChannel  = "tcp-channel"
 )
@@ -98,6 +102,7 @@ const (
 var allContenders = []contender{
 	{name: perftest},
 	{name: rdmaChannel, transport: "rdma", api: "channel"},
+	{name: rdmaOneway, transport: "rdma", api: "channel", oneway: true},
 	{name: rdmaConn, transport: "rdma", api: "conn"},
 	{name: tcpChannel, transport: "tcp", api: "channel"},
 }
@@ -128,9 +133,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.SetOutput(stderr)
 	var (
 		cfg        config
-		sizes      = fs.String("sizes", "64,1024,16384,102400", "message sizes in bytes, comma-separated")
-		contenders = fs.String("contenders", "perftest,rdma-channel,rdma-conn,tcp-channel", "contenders, comma-separated, from\n"+
-			"perftest (ib_send_lat, ib_send_bw), rdma-channel, rdma-conn, tcp-channel (the echo command)")
+		sizes      = fs.String("sizes", "64,1024,4096,16384,65536,102400", "message sizes in bytes, comma-separated")
+		contenders = fs.String("contenders", "perftest,rdma-channel,rdma-oneway,rdma-conn,tcp-channel", "contenders, comma-separated, from\n"+
+			"perftest (ib_send_lat, ib_send_bw), rdma-channel, rdma-oneway, rdma-conn, tcp-channel (the echo command)")
 	)
 	fs.StringVar(&cfg.echo, "echo", "", "the echo command's binary (default: echo beside this program)")
 	fs.StringVar(&cfg.addr, "addr", os.Getenv("RDMAVM_RXE_IP"), "IP address of the RDMA device, for every contender (default $RDMAVM_RXE_IP)")
@@ -139,8 +144,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&cfg.n, "n", 2000, "measured messages of a latency run up to 4 KiB; larger messages get proportionally fewer,\n"+
 		"at least 200 (or n if smaller); a throughput run sends twice as many")
 	fs.IntVar(&cfg.depth, "depth", 16, "messages in flight on the one connection of an echo throughput run")
-	fs.DurationVar(&cfg.spin, "spin", 10*time.Millisecond, "busy-poll budget of every echo server and client; under emulation it must\n"+
-		"outlast a round trip (milliseconds at 100 KiB), or the poller sleeps before every reply")
+	fs.DurationVar(&cfg.spin, "spin", 0, "fixed busy-poll budget of every echo server and client; 0: the default configuration,\n"+
+		"the selector's adaptive budget")
 	fs.BoolVar(&cfg.cm, "cm", true, "connect perftest's queue pairs through rdma_cm (-R), as rubin's transport does")
 	fs.IntVar(&cfg.retries, "retries", 4, "attempts at a perftest run that prints inf or inconsistent figures")
 	fs.DurationVar(&cfg.timeout, "timeout", time.Minute, "longest a client run may take")
@@ -328,6 +333,9 @@ func benchmark(ctx context.Context, cfg *config, stdout, stderr io.Writer) error
 func runEcho(ctx context.Context, l *benchkit.Launcher, bin string, cfg *config, c contender, size int) (lat latency, bw throughput, latErr, bwErr error) {
 	spec := benchkit.EchoSpec{Transport: c.transport, API: c.api, Size: size, Conns: 1, Depth: 1,
 		N: cfg.latencyMessages(size), Spin: cfg.spin}
+	if c.oneway {
+		return runOneway(ctx, l, bin, cfg, spec)
+	}
 	srv, addr, err := l.EchoServer(ctx, bin, spec, net.JoinHostPort(cfg.addr, "0"))
 	if err != nil {
 		return latency{}, throughput{}, err, err
@@ -356,6 +364,27 @@ func runEcho(ctx context.Context, l *benchkit.Launcher, bin string, cfg *config,
 		bwErr = firstError(bwErr, err)
 	}
 	return lat, bw, latErr, bwErr
+}
+
+// errNoLatency is a one-way contender's latency: it has none.
+var errNoLatency = errors.New("no latency run: one-way stream")
+
+// runOneway measures a one-way contender: a server, then one one-way
+// stream of twice the latency run's messages.
+func runOneway(ctx context.Context, l *benchkit.Launcher, bin string, cfg *config, spec benchkit.EchoSpec) (lat latency, bw throughput, latErr, bwErr error) {
+	srv, addr, err := l.EchoServer(ctx, bin, spec, net.JoinHostPort(cfg.addr, "0"))
+	if err != nil {
+		return latency{}, throughput{}, errNoLatency, err
+	}
+	spec.Oneway, spec.N = true, cfg.throughputMessages(spec.Size)
+	s, bwErr := l.EchoClient(ctx, bin, spec, addr, cfg.timeout)
+	if bwErr == nil {
+		bw = throughput{mbps: s.MBps, rate: s.Rate, line: s.Line}
+	}
+	if err := srv.Stop(); err != nil {
+		bwErr = firstError(bwErr, fmt.Errorf("server: %v: %s", err, srv.Stderr.Brief()))
+	}
+	return latency{}, bw, errNoLatency, bwErr
 }
 
 // firstError returns the first non-nil error.

@@ -129,7 +129,7 @@ func TestFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.sizes) != 2 || cfg.rounds != 1 || cfg.n != 400 || len(cfg.contenders) != 4 || cfg.spin != 10*time.Millisecond {
+	if len(cfg.sizes) != 2 || cfg.rounds != 1 || cfg.n != 400 || len(cfg.contenders) != 5 || cfg.spin != 0 {
 		t.Errorf("-quick gave %+v", cfg)
 	}
 	cfg, err = parseFlags([]string{"-addr", "192.0.2.1", "-contenders", "tcp-channel,perftest", "-rounds", "2"}, io.Discard)
@@ -169,6 +169,7 @@ func testResults() *results {
 				bwErr = errors.New("client: exit status 1: echo: boom")
 			}
 			res.add(size, rdmaConn, latency{oneWay: 13 * f, spinUS: "50"}, nil, throughput{mbps: 70}, bwErr)
+			res.add(size, rdmaOneway, latency{}, errNoLatency, throughput{mbps: 80}, nil)
 		}
 	}
 	return res
@@ -187,6 +188,7 @@ func TestJudge(t *testing.T) {
 		{3, 1024, "-"},         // rdma-conn failed a throughput run
 		{4, 64, "0.37 met"},    // rdma-channel 11 / tcp 30
 		{5, 1024, "0.43 met"},
+		{len(targets) - 1, 64, "0.80 MISSED"}, // rdma-oneway 80 MB/s / 100
 	} {
 		if got := res.judge(targets[c.target], c.size).String(); got != c.want {
 			t.Errorf("%s at %d = %q, want %q", targets[c.target].header, c.size, got, c.want)

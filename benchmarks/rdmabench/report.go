@@ -73,7 +73,9 @@ func newResults(contenders []contender, sizes []int) *results {
 // add records the outcome of one round of a contender at size.
 func (r *results) add(size int, name string, lat latency, latErr error, bw throughput, bwErr error) {
 	c := r.cells[size][name]
-	if latErr != nil {
+	if latErr == errNoLatency {
+		// A one-way contender: nothing failed.
+	} else if latErr != nil {
 		c.latErr = firstError(c.latErr, latErr)
 		c.latErrs++
 	} else {
@@ -151,6 +153,7 @@ var targets = []target{
 	{header: "rdma-conn / ib_send_bw", ours: rdmaConn, base: perftest, metric: "throughput", limit: 0.85},
 	{header: "rdma-channel / tcp-channel p50", ours: rdmaChannel, base: tcpChannel, metric: "latency", atMost: true, limit: 0.60, maxSize: 1 << 10},
 	{header: "rdma-conn / tcp-channel p50", ours: rdmaConn, base: tcpChannel, metric: "latency", atMost: true, limit: 0.60, maxSize: 1 << 10},
+	{header: "rdma-oneway / ib_send_bw", ours: rdmaOneway, base: perftest, metric: "throughput", limit: 0.85},
 }
 
 // describe says what the target asks, in a table cell.
@@ -296,7 +299,9 @@ func (r *results) measurementTable() *benchkit.Table {
 				t.AddError(cellError(cl.latErr, cl.bwErr), row...)
 				continue
 			}
-			if okLat {
+			if c.oneway {
+				row = append(row, "-", "-")
+			} else if okLat {
 				row = append(row, fmt.Sprintf("%.1f", lat.oneWay), fmt.Sprintf("%.1f", lat.p99))
 			} else {
 				row = append(row, "failed", "failed")
@@ -378,6 +383,14 @@ type report struct {
 	perftestRetries []string
 }
 
+// spinSetting names the echo contenders' spin setting.
+func spinSetting(spin time.Duration) string {
+	if spin == 0 {
+		return "adaptive (the default configuration)"
+	}
+	return spin.String() + " (fixed)"
+}
+
 // notes returns what a reader needs to know to judge the figures, as
 // (label, text) pairs.
 func (r *report) notes() [][2]string {
@@ -394,7 +407,7 @@ func (r *report) notes() [][2]string {
 		{"machine", benchkit.Machine()},
 		{"address", fmt.Sprintf("%s, the RDMA device's; TCP uses it too, and the kernel loops it back", cfg.addr)},
 		{"placement", r.placement},
-		{"spin", fmt.Sprintf("%v on both server and client of every echo contender; perftest always busy-polls", cfg.spin)},
+		{"spin", spinSetting(cfg.spin) + " on both server and client of every echo contender; perftest always busy-polls"},
 		{"method", fmt.Sprintf("median of %d round%s; in each round, at each size, the contenders run in turn (%s), each with fresh processes",
 			cfg.rounds, benchkit.Plural(cfg.rounds), strings.Join(names, ", "))},
 		{"latency runs", fmt.Sprintf("1 connection, 1 message in flight; messages per run: %s (-n %d up to 4 KiB, proportionally fewer above); "+
@@ -534,8 +547,8 @@ func (r *report) writeSVG(w io.Writer) error {
 	}
 	p := &benchkit.Plot{
 		Title: "One-way latency vs message size (RDMA, Soft-RoCE, emulated)",
-		Subtitle: fmt.Sprintf("p50, median of %d round%s; echo: half the round trip, spin %v; %s; %s",
-			r.cfg.rounds, benchkit.Plural(r.cfg.rounds), r.cfg.spin, placement, r.when.UTC().Format("2006-01-02")),
+		Subtitle: fmt.Sprintf("p50, median of %d round%s; echo: half the round trip, spin %s; %s; %s",
+			r.cfg.rounds, benchkit.Plural(r.cfg.rounds), spinSetting(r.cfg.spin), placement, r.when.UTC().Format("2006-01-02")),
 		XLabel: "message size (log scale)",
 		YLabel: "one-way p50 latency (\u00b5s, log scale)",
 		LogY:   true,
@@ -545,6 +558,9 @@ func (r *report) writeSVG(w io.Writer) error {
 		p.XTickLabels = append(p.XTickLabels, benchkit.FormatSize(size))
 	}
 	for _, c := range r.res.contenders {
+		if c.oneway {
+			continue // no latency
+		}
 		s := benchkit.Series{Name: c.name, Baseline: c.name == perftest}
 		if c.name == perftest {
 			s.Name = latencyTool

@@ -23,6 +23,7 @@ type EchoSpec struct {
 	N         int           // measured messages
 	Warmup    int           // unmeasured messages; passed on when positive, else the client's default
 	Spin      time.Duration // passed to server and client when positive
+	Oneway    bool          // the client streams one way (echo client -oneway)
 }
 
 // common returns the flags server and client share.
@@ -57,6 +58,9 @@ func (l *Launcher) EchoClient(ctx context.Context, bin string, spec EchoSpec, ad
 	}
 	if spec.Warmup > 0 {
 		args = append(args, "-warmup", strconv.Itoa(spec.Warmup))
+	}
+	if spec.Oneway {
+		args = append(args, "-oneway")
 	}
 	var stdout bytes.Buffer
 	stderr := NewWatcher("")
