@@ -536,9 +536,12 @@ func (s *Selector) spinFor(start time.Time, budget time.Duration, deadline time.
 			return false, nil
 		}
 		if now.Sub(yielded) >= yieldEvery {
-			// Let goroutines that share this thread run: a spinning
-			// selector must not starve the readers it just woke.
+			// Let goroutines that share this thread run, and threads
+			// of other processes that share this CPU: a spinning
+			// selector must not starve the readers it just woke, nor
+			// the peer whose message it waits for.
 			runtime.Gosched()
+			_, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 			yielded = now
 		}
 	}

@@ -26,7 +26,8 @@ const (
 	// clockEvery is how many passes go by between two clock readings.
 	clockEvery = 8
 	// yieldEvery is how long a spin goes before it lets the goroutines
-	// that share its thread run (runtime.Gosched). Yielding on every pass
+	// that share its thread run (runtime.Gosched), and other processes'
+	// threads that share its CPU (sched_yield). Yielding on every pass
 	// wakes the runtime's idle threads over and over, each of which polls
 	// the runtime's own network poller: a system call storm.
 	yieldEvery = 50 * time.Microsecond
