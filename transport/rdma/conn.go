@@ -251,19 +251,12 @@ func (c *Conn) setupQP(sel *selector.Selector) error {
 	if err != nil {
 		return err
 	}
-	e, err := t.engineFor(sel, dev)
+	cfg := t.cfg
+	e, err := t.engineFor(sel, dev, cfg.cqEntries())
 	if err != nil {
 		return err
 	}
-	cfg := t.cfg
 	recvWR := cfg.RecvDepth + ctrlCredits
-	t.mu.Lock()
-	ok := e.reserve(cfg.cqEntries())
-	t.mu.Unlock()
-	if !ok {
-		t.engineDone(e)
-		return fmt.Errorf("rdma: completion queue full (%d entries): raise Config.CQSize", cfg.CQSize)
-	}
 	undo := func() {
 		t.mu.Lock()
 		e.cqeUsed -= cfg.cqEntries()

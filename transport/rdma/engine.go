@@ -81,7 +81,7 @@ func newEngine(t *Transport, dev *device, sel *selector.Selector) (*engine, erro
 			ch.Destroy()
 			return nil, err
 		}
-		e.cqeUsed = t.cfg.SRQSize
+		e.cqeUsed = t.cfg.srqEntries()
 	}
 	if err = cq.ReqNotify(); err == nil {
 		err = sel.AddSource(e, unix.EPOLLIN)

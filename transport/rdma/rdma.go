@@ -160,6 +160,15 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
+// srqEntries is how many entries of each completion queue its shared
+// receive queue takes, if there is one.
+func (c *Config) srqEntries() int {
+	if c.SharedReceiveQueue {
+		return c.SRQSize
+	}
+	return 0
+}
+
 // cqEntries is how many completion-queue entries one queue pair needs: a
 // shared receive queue's are counted once for the whole queue.
 func (c *Config) cqEntries() int {

@@ -54,6 +54,7 @@ type Transport struct {
 type engineKey struct {
 	sel *selector.Selector
 	dev *device
+	n   int // a selector gets another queue when one is full
 }
 
 // closer is a channel the transport closes when it closes.
@@ -171,9 +172,12 @@ func (t *Transport) deviceOf(id verbs.ID) (*device, error) {
 	return nil, fmt.Errorf("rdma: address resolved to device %s, which the transport did not open", ctx.Name())
 }
 
-// engineFor returns the completion queue of sel (the home selector if nil)
-// on dev, creating it, with one reference taken for a queue pair.
-func (t *Transport) engineFor(sel *selector.Selector, dev *device) (*engine, error) {
+// engineFor returns a completion queue of sel (the home selector if nil)
+// on dev with cqes entries to spare, which it promises to a queue pair,
+// with one reference taken for it. When every queue of sel is full it
+// creates another: Config.CQSize bounds the queue pairs of one queue,
+// not of a selector.
+func (t *Transport) engineFor(sel *selector.Selector, dev *device, cqes int) (*engine, error) {
 	if sel == nil || !sel.IsOpen() {
 		sel = t.home
 	}
@@ -182,29 +186,40 @@ func (t *Transport) engineFor(sel *selector.Selector, dev *device) (*engine, err
 	if t.closed {
 		return nil, errTransportClosed
 	}
-	key := engineKey{sel, dev}
-	e := t.engines[key]
-	if e == nil {
-		var err error
-		e, err = newEngine(t, dev, sel)
-		if err != nil {
-			return nil, err
-		}
-		t.engines[key] = e
+	if spare := t.cfg.CQSize - t.cfg.srqEntries(); cqes > spare {
+		return nil, fmt.Errorf("rdma: a queue pair needs %d completion entries, more than a queue has to spare (%d): raise Config.CQSize", cqes, spare)
 	}
-	e.refs++
-	return e, nil
+	for n := 0; ; n++ {
+		key := engineKey{sel, dev, n}
+		e := t.engines[key]
+		if e == nil {
+			var err error
+			if e, err = newEngine(t, dev, sel); err != nil {
+				return nil, err
+			}
+			t.engines[key] = e
+		}
+		if e.reserve(cqes) {
+			e.refs++
+			return e, nil
+		}
+	}
 }
 
 // engineMoved re-keys e after it moved to the home selector.
 func (t *Transport) engineMoved(e *engine, from *selector.Selector) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.engines[engineKey{from, e.dev}] == e {
-		delete(t.engines, engineKey{from, e.dev})
+	for k, v := range t.engines {
+		if v == e {
+			delete(t.engines, k)
+		}
 	}
-	if old := t.engines[engineKey{t.home, e.dev}]; old == nil {
-		t.engines[engineKey{t.home, e.dev}] = e
+	for n := 0; ; n++ {
+		if key := (engineKey{t.home, e.dev, n}); t.engines[key] == nil {
+			t.engines[key] = e
+			return
+		}
 	}
 }
 
