@@ -167,7 +167,7 @@ func (c *commonFlags) register(fs *flag.FlagSet, defaultAddr string) {
 	fs.StringVar(&c.transport, "transport", "tcp", "transport: "+strings.Join(anytransport.Networks, " or "))
 	fs.StringVar(&c.api, "api", "conn", "api: "+strings.Join(apiNames(), ", "))
 	fs.StringVar(&c.addr, "addr", defaultAddr, "address, HOST:PORT")
-	fs.DurationVar(&c.spin, "spin", 0, "busy-poll budget before sleeping, for apis that have one")
+	fs.DurationVar(&c.spin, "spin", 0, "fixed busy-poll budget before sleeping, for apis that have one (0: the selector's adaptive default)")
 	fs.StringVar(&c.profile, "cpuprofile", "", "write a CPU profile of the whole run to `file`")
 }
 
