@@ -16,15 +16,15 @@ import (
 )
 
 // The Jepsen-style test: clients on a few keys while a nemesis kills,
-// pauses, restarts and cuts off replicas, one at a time (f=1), and a
-// linearizability checker over the whole history.
+// pauses, restarts and cuts off replicas, and a linearizability checker
+// over the whole history.
 const (
 	jepsenReplicas = 4
 	jepsenPort     = 7000 // every host has a namespace of its own: no port can be taken
 	// jepsenFaults is how long the nemesis works; jepsenCalm is how long the
 	// clients go on after it healed everything, and must still complete
 	// operations in.
-	jepsenFaults = 30 * time.Second
+	jepsenFaults = 35 * time.Second
 	jepsenCalm   = 8 * time.Second
 	// jepsenFault is how long one fault lasts, jepsenRest the pause between
 	// two.
@@ -45,10 +45,14 @@ func jepsenAddr(i int) netip.Addr {
 
 // TestJepsen runs four replicas and a client process, each in a network
 // namespace of its own on a bridge in a namespace of its own, so that
-// nothing routes out. While the clients put and get on a few keys, a
-// nemesis makes one replica at a time faulty: killed with SIGKILL and
-// restarted empty, paused with SIGSTOP and resumed, or cut off from the
-// bridge and healed. Afterwards the history must be linearizable (checked
+// nothing routes out; every replica keeps a data directory. While the
+// clients put and get on a few keys, a nemesis makes replicas faulty, one
+// at a time (f=1): killed with SIGKILL and restarted on its data directory,
+// killed and restarted with its data directory deleted (it must catch up
+// before the next fault), paused with SIGSTOP and resumed, or cut off from
+// the bridge and healed; and once a round, all four are killed and
+// restarted together, as after a power loss, which the data directories
+// must survive. Afterwards the history must be linearizable (checked
 // by porcupine) and the clients must have completed operations after the
 // nemesis stopped.
 //
@@ -84,8 +88,12 @@ func TestJepsen(t *testing.T) {
 	if code, _, stderr := runCmd(t, "keygen", "-addrs", strings.Join(replicaAddrs, ","), "-clients", fmt.Sprint(jepsenWorkers), "-out", file); code != exitOK {
 		t.Fatalf("keygen: %s", stderr)
 	}
+	dataDirs := make([]string, jepsenReplicas)
+	for i := range dataDirs {
+		dataDirs[i] = filepath.Join(dir, fmt.Sprintf("replica-%d", i))
+	}
 	start := func(i int) *replicaProc {
-		cmd := lab.Host(i).Command(os.Args[0], "replica", "-id", fmt.Sprint(i), "-cluster", file)
+		cmd := lab.Host(i).Command(os.Args[0], "replica", "-id", fmt.Sprint(i), "-cluster", file, "-data-dir", dataDirs[i])
 		cmd.Env = append(os.Environ(), "RUBIN_BFT_EXEC=1")
 		return startReplicaCmd(t, cmd, i)
 	}
@@ -105,7 +113,7 @@ func TestJepsen(t *testing.T) {
 		Seed:    seed,
 	})
 
-	n := nemesis{t: t, lab: lab, procs: procs, start: start, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), begin: time.Now()}
+	n := nemesis{t: t, lab: lab, procs: procs, dataDirs: dataDirs, start: start, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), begin: time.Now()}
 	n.run(jepsenFaults)
 	n.healAll()
 
@@ -120,52 +128,96 @@ func TestJepsen(t *testing.T) {
 	checkLinearizable(t, hist)
 }
 
-// nemesis makes one replica at a time faulty.
+// nemesis makes replicas faulty: one at a time, except that all may crash
+// together, which their data directories must survive.
 type nemesis struct {
-	t     *testing.T
-	lab   *netns.Lab
-	procs []*replicaProc
-	start func(i int) *replicaProc
-	rng   *rand.Rand
-	begin time.Time
+	t        *testing.T
+	lab      *netns.Lab
+	procs    []*replicaProc
+	dataDirs []string
+	start    func(i int) *replicaProc
+	rng      *rand.Rand
+	begin    time.Time
 }
 
 func (n *nemesis) logf(format string, args ...any) {
 	n.t.Logf("%5.1fs nemesis: %s", time.Since(n.begin).Seconds(), fmt.Sprintf(format, args...))
 }
 
-// run applies faults for d, each to one replica and healed before the next.
+// run applies faults for d, each healed before the next, in rounds that
+// take every kind of fault once in a random order, each on a random
+// replica.
 func (n *nemesis) run(d time.Duration) {
+	faults := []func(i int){n.crash, n.crashAll, n.wipe, n.pause, n.cut}
 	deadline := time.Now().Add(d)
-	for time.Until(deadline) > jepsenFault+jepsenRest {
-		time.Sleep(jepsenRest)
-		i := n.rng.IntN(len(n.procs))
-		switch n.rng.IntN(3) {
-		case 0:
-			n.logf("kill -9 replica %d", i)
-			n.procs[i].kill()
-			time.Sleep(jepsenFault / 2)
-			n.procs[i] = n.start(i)
-			n.logf("restarted replica %d, empty", i)
-			n.awaitCatchUp(i)
-		case 1:
-			n.logf("pause replica %d (SIGSTOP)", i)
-			n.signal(i, syscall.SIGSTOP)
-			time.Sleep(jepsenFault)
-			n.signal(i, syscall.SIGCONT)
-			n.logf("resumed replica %d (SIGCONT)", i)
-		case 2:
-			n.logf("cut replica %d off", i)
-			if err := n.lab.Host(i).Cut(); err != nil {
-				n.t.Fatal(err)
+	for {
+		for _, f := range n.rng.Perm(len(faults)) {
+			if time.Until(deadline) < jepsenFault+jepsenRest {
+				return
 			}
-			time.Sleep(jepsenFault)
-			if err := n.lab.Host(i).Heal(); err != nil {
-				n.t.Fatal(err)
-			}
-			n.logf("healed replica %d", i)
+			time.Sleep(jepsenRest)
+			faults[f](n.rng.IntN(len(n.procs)))
 		}
 	}
+}
+
+// crash kills replica i with SIGKILL and restarts it on its data directory.
+func (n *nemesis) crash(i int) {
+	n.logf("kill -9 replica %d", i)
+	n.procs[i].kill()
+	time.Sleep(jepsenFault)
+	n.procs[i] = n.start(i)
+	n.logf("restarted replica %d on its data directory", i)
+}
+
+// crashAll kills every replica with SIGKILL and restarts them all on their
+// data directories, as after a power loss.
+func (n *nemesis) crashAll(int) {
+	n.logf("kill -9 every replica")
+	for _, p := range n.procs {
+		p.kill()
+	}
+	time.Sleep(jepsenFault)
+	for i := range n.procs {
+		n.procs[i] = n.start(i)
+	}
+	n.logf("restarted every replica on its data directory")
+}
+
+// wipe kills replica i, deletes its data directory and restarts it empty,
+// then waits for it to catch up.
+func (n *nemesis) wipe(i int) {
+	n.logf("kill -9 replica %d and delete its data directory", i)
+	n.procs[i].kill()
+	if err := os.RemoveAll(n.dataDirs[i]); err != nil {
+		n.t.Fatal(err)
+	}
+	time.Sleep(jepsenFault)
+	n.procs[i] = n.start(i)
+	n.logf("restarted replica %d, empty", i)
+	n.awaitCatchUp(i)
+}
+
+// pause stops replica i with SIGSTOP and resumes it with SIGCONT.
+func (n *nemesis) pause(i int) {
+	n.logf("pause replica %d (SIGSTOP)", i)
+	n.signal(i, syscall.SIGSTOP)
+	time.Sleep(jepsenFault)
+	n.signal(i, syscall.SIGCONT)
+	n.logf("resumed replica %d (SIGCONT)", i)
+}
+
+// cut takes replica i's bridge port down and up again.
+func (n *nemesis) cut(i int) {
+	n.logf("cut replica %d off", i)
+	if err := n.lab.Host(i).Cut(); err != nil {
+		n.t.Fatal(err)
+	}
+	time.Sleep(jepsenFault)
+	if err := n.lab.Host(i).Heal(); err != nil {
+		n.t.Fatal(err)
+	}
+	n.logf("healed replica %d", i)
 }
 
 // awaitCatchUp waits until replica i, restarted empty, reports that it
