@@ -1,58 +1,38 @@
 package bft
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
 	"fmt"
 	"sort"
 )
 
 // ownCheckpoint is this replica's state at a checkpoint: kept from the
 // moment it is taken until a later checkpoint is stable, so it can serve
-// state transfer and prove its digest.
+// state transfer and prove its digest. state holds the whole checkpointed
+// state, reply cache and application snapshot (see encodeState), in one
+// byte string: it is what a chunk is served from, what a driver persists,
+// and what installState takes back.
 type ownCheckpoint struct {
-	seq     uint64
-	digest  Digest
-	snap    []byte
-	replies []Reply // sorted by client
+	seq    uint64
+	digest Digest   // manifestDigest of state
+	state  []byte   // never modified
+	chunks []Digest // the SHA-256 of each chunk of state
 }
 
-// stateDigest is the checkpointed state's digest: the application
-// snapshot and the reply cache, which is replicated state too (it decides
-// which requests execute). A reply's View and Replica differ between
-// replicas (a batch may commit in different views at different replicas),
-// so only the client, timestamp and result are digested. replies must be
-// sorted by client.
-func stateDigest(snap []byte, replies []Reply) Digest {
-	h := sha256.New()
-	var b [3 * binary.MaxVarintLen64]byte
-	n := binary.PutUvarint(b[:], uint64(len(snap)))
-	h.Write(b[:n])
-	h.Write(snap)
-	n = binary.PutUvarint(b[:], uint64(len(replies)))
-	h.Write(b[:n])
-	for i := range replies {
-		rp := &replies[i]
-		n = binary.PutUvarint(b[:], uint64(rp.Client))
-		n += binary.PutUvarint(b[n:], rp.Timestamp)
-		n += binary.PutUvarint(b[n:], uint64(len(rp.Result)))
-		h.Write(b[:n])
-		h.Write(rp.Result)
-	}
-	var d Digest
-	h.Sum(d[:0])
-	return d
+// newOwnCheckpoint digests state for a checkpoint at seq.
+func (r *Replica) newOwnCheckpoint(seq uint64, state []byte) *ownCheckpoint {
+	size := uint64(r.cfg.StateChunkBytes)
+	chunks := chunkDigests(state, size)
+	return &ownCheckpoint{seq: seq, digest: manifestDigest(size, uint64(len(state)), chunks), state: state, chunks: chunks}
 }
 
 // takeCheckpoint captures the current state as of seq.
 func (r *Replica) takeCheckpoint(seq uint64) *ownCheckpoint {
-	snap := r.cfg.App.Snapshot()
 	replies := make([]Reply, 0, len(r.replies))
 	for _, rp := range r.replies {
 		replies = append(replies, *rp)
 	}
 	sort.Slice(replies, func(i, j int) bool { return replies[i].Client < replies[j].Client })
-	return &ownCheckpoint{seq: seq, digest: stateDigest(snap, replies), snap: snap, replies: replies}
+	return r.newOwnCheckpoint(seq, encodeState(replies, r.cfg.App.Snapshot()))
 }
 
 // checkpoint runs after executing seq, a multiple of K.
@@ -139,9 +119,15 @@ func (r *Replica) learnStable(seq uint64, d Digest, cert []Checkpoint) {
 	if own := r.ckpts[seq]; own != nil {
 		if own.digest == d {
 			r.makeStable(seq, cert)
+		} else {
+			r.diverged(seq, d, cert)
 		}
-		// A different digest would mean this replica's state diverged
-		// from a quorum's: not possible for a correct replica.
+		return
+	}
+	if r.resync && seq > r.target {
+		// Diverged and waiting for a certified state: fetch the latest.
+		r.target, r.targetDigest, r.targetCert = seq, d, cert
+		r.prune()
 		return
 	}
 	if seq <= r.lastExec || seq <= r.target {
@@ -149,6 +135,28 @@ func (r *Replica) learnStable(seq uint64, d Digest, cert []Checkpoint) {
 	}
 	r.target, r.targetDigest, r.targetCert = seq, d, cert
 	r.prune()
+}
+
+// diverged handles a certified stable checkpoint whose digest differs
+// from this replica's own at seq: its state diverged from a quorum's
+// (a bug, a corrupted disk, a non-deterministic application), so it is
+// wrong from seq on. The replica stops executing, drops its checkpoints
+// from seq on (they must not be served or made stable) and fetches the
+// certified state; it re-executes its committed log above it once the
+// state is installed.
+func (r *Replica) diverged(seq uint64, d Digest, cert []Checkpoint) {
+	r.stats.Divergences++
+	r.resync = true
+	for s := range r.ckpts {
+		if s >= seq {
+			delete(r.ckpts, s)
+		}
+	}
+	if r.target <= seq {
+		r.target, r.targetDigest, r.targetCert = seq, d, cert
+	}
+	r.fetch = nil
+	r.fetchTimer = r.cfg.FetchTicks // fetch at the next tick
 }
 
 func (r *Replica) makeStable(seq uint64, cert []Checkpoint) {

@@ -8,8 +8,9 @@ import (
 )
 
 // Config configures a Replica. Every replica of a cluster must use the same
-// N, CheckpointInterval, WatermarkWindow, MaxBatch, MaxBatchBytes and
-// MaxOpSize: they decide which messages are valid. The tick counts may
+// N, CheckpointInterval, WatermarkWindow, MaxBatch, MaxBatchBytes,
+// MaxOpSize and StateChunkBytes: they decide which messages are valid
+// (StateChunkBytes is part of every checkpoint digest). The tick counts may
 // differ.
 type Config struct {
 	ID ReplicaID
@@ -90,6 +91,18 @@ type Config struct {
 	// it a replica keeps nothing across a restart and rejoins empty,
 	// through state transfer.
 	Persist bool
+	// StateChunkBytes is the chunk size of state transfer: a checkpoint's
+	// digest covers the SHA-256 of every StateChunkBytes-byte chunk of the
+	// checkpointed state, and a replica catching up fetches and checks
+	// the state one chunk at a time. At most 8 MiB, so that a chunk fits
+	// a 16 MiB frame. Default 1 MiB.
+	StateChunkBytes int
+	// MaxStateBytes bounds the state (reply cache and application
+	// snapshot, encoded) this replica fetches and so allocates: a
+	// certified state above it is refused with ErrTooLarge and the
+	// replica cannot catch up by state transfer. At most 65536 chunks.
+	// Default 1 GiB.
+	MaxStateBytes int
 
 	App  App
 	Auth Authenticator
@@ -142,6 +155,14 @@ func (c *Config) fill() error {
 	def(&c.MaxPendingBytes, 4*c.MaxBatchBytes)
 	def(&c.MaxPendingPerClient, 4)
 	def(&c.MaxFutureBytes, 2*c.MaxBatchBytes)
+	def(&c.StateChunkBytes, 1<<20)
+	def(&c.MaxStateBytes, 1<<30)
+	if c.StateChunkBytes > maxChunkBytes {
+		return fmt.Errorf("bft: config: StateChunkBytes %d exceeds %d", c.StateChunkBytes, maxChunkBytes)
+	}
+	if chunks := (c.MaxStateBytes + c.StateChunkBytes - 1) / c.StateChunkBytes; chunks > maxChunks {
+		return fmt.Errorf("bft: config: MaxStateBytes %d is %d chunks of %d bytes, more than %d", c.MaxStateBytes, chunks, c.StateChunkBytes, maxChunks)
+	}
 	if c.MaxOpSize > c.MaxBatchBytes {
 		return fmt.Errorf("bft: config: MaxOpSize %d exceeds MaxBatchBytes %d", c.MaxOpSize, c.MaxBatchBytes)
 	}

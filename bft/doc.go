@@ -82,8 +82,9 @@
 //     RequestTicks also starts a view change.
 //   - View synchronization: a replica that sees f+1 replicas active in a
 //     higher view (by their pre-prepares, prepares, commits or new views)
-//     sends FetchState to all; replicas answer with their stable state (if
-//     newer) and their latest NewView, which the replica verifies like any
+//     sends FetchState to all; replicas answer with their stable
+//     checkpoint's manifest (if newer; the state follows in chunks, see
+//     statetransfer.go) and their latest NewView, which the replica verifies like any
 //     new view and enters. A restarted replica learns the view this way.
 //   - A replica behind a known stable checkpoint accepts messages in the
 //     window above that checkpoint too, so what it needs after the state
@@ -104,5 +105,8 @@
 // and an arrival order at most about twice as long as what is held.
 // Status reports the accounted bytes (PendingBytes, BufferedBytes). The
 // reply cache holds one reply per client that ever had a request
-// executed; it is replicated state, so it is not trimmed.
+// executed; it is replicated state, so it is not trimmed. State
+// transfer: at most one fetch, its buffer at most MaxStateBytes; per peer,
+// at most one chunk request waiting; served chunks alias the state bytes
+// of the replica's own checkpoints.
 package bft

@@ -31,6 +31,10 @@ var (
 	// ErrFull: a bounded queue (pending requests, buffered future-view
 	// messages) is full; the message is dropped and the sender retransmits.
 	ErrFull = errors.New("bft: queue full")
+	// ErrTooLarge: a certified state exceeds Config.MaxStateBytes, so this
+	// replica does not fetch it; it cannot catch up by state transfer
+	// until the bound is raised.
+	ErrTooLarge = errors.New("bft: state too large")
 	// ErrBusy: Client.Propose while a request is outstanding.
 	ErrBusy = errors.New("bft: request outstanding")
 )

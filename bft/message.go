@@ -39,6 +39,9 @@ const (
 	TypeNewView
 	TypeFetchState
 	TypeState
+	// 11 and 12 are taken; the values below are fixed.
+	TypeFetchChunk MessageType = 13
+	TypeChunk      MessageType = 14
 )
 
 // Request is a client's operation. Auth is the client's authenticator:
@@ -146,16 +149,36 @@ type FetchState struct {
 	Replica ReplicaID
 }
 
-// State answers FetchState with a stable checkpoint: the certificate of
-// 2f+1 signed checkpoints for Seq and the application snapshot, whose
-// digest must equal the certified state digest. Replies is the last
-// reply cached per client at Seq, part of the replicated state.
+// State answers FetchState with the manifest of a stable checkpoint: the
+// certificate of 2f+1 signed checkpoints for Seq, and the state's length
+// and the SHA-256 digest of each of its ChunkSize-byte chunks (the last
+// may be shorter). The manifest's digest (see StateDigest) must equal the
+// certified state digest; the chunks themselves come one at a time, each
+// checked against its digest, in Chunk answers to FetchChunk.
 type State struct {
-	Seq      uint64
-	Stable   []Checkpoint
-	Snapshot []byte
-	Replies  []Reply
-	Replica  ReplicaID
+	Seq       uint64
+	Stable    []Checkpoint
+	ChunkSize uint64
+	Length    uint64
+	Chunks    []Digest
+	Replica   ReplicaID
+}
+
+// FetchChunk asks a replica for chunk Index of its checkpointed state at
+// Seq, whose manifest the requester learned from a State.
+type FetchChunk struct {
+	Seq     uint64
+	Index   uint64
+	Replica ReplicaID
+}
+
+// Chunk answers FetchChunk: bytes [Index*ChunkSize, (Index+1)*ChunkSize)
+// of the state at Seq (fewer for the last chunk).
+type Chunk struct {
+	Seq     uint64
+	Index   uint64
+	Data    []byte
+	Replica ReplicaID
 }
 
 func (*Request) Type() MessageType    { return TypeRequest }
@@ -168,6 +191,8 @@ func (*ViewChange) Type() MessageType { return TypeViewChange }
 func (*NewView) Type() MessageType    { return TypeNewView }
 func (*FetchState) Type() MessageType { return TypeFetchState }
 func (*State) Type() MessageType      { return TypeState }
+func (*FetchChunk) Type() MessageType { return TypeFetchChunk }
+func (*Chunk) Type() MessageType      { return TypeChunk }
 
 // BatchDigest is the digest a pre-prepare binds: SHA-256 over each
 // request's client, timestamp and operation, length-prefixed. The

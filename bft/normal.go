@@ -283,6 +283,9 @@ func (r *Replica) checkCommitted(e *entry) {
 
 // tryExecute executes committed batches in sequence order.
 func (r *Replica) tryExecute() {
+	if r.resync {
+		return // the state is wrong: nothing runs on it
+	}
 	progressed := false
 	for {
 		e := r.log[r.lastExec+1]

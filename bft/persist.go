@@ -34,11 +34,15 @@ type Record struct {
 }
 
 // Snapshot is a replica's whole durable state at a stable checkpoint: the
-// checkpoint (its certificate, application snapshot and reply cache), and
-// the records that still matter above it, in the order Recover takes
-// them. It replaces everything persisted before.
+// checkpoint (its sequence number, its certificate and the state bytes:
+// reply cache and application snapshot, the bytes state transfer serves
+// in chunks), and the records that still matter above it, in the order
+// Recover takes them. It replaces everything persisted before. State is
+// shared with the replica: treat it as immutable.
 type Snapshot struct {
-	State   *State
+	Seq     uint64
+	Stable  []Checkpoint
+	State   []byte
 	Records []Record
 }
 
@@ -77,8 +81,7 @@ func (r *Replica) takeDurable() ([]Record, *Snapshot) {
 	if own == nil {
 		return recs, nil
 	}
-	st := &State{Seq: r.low, Stable: r.lowCert, Snapshot: own.snap, Replies: own.replies, Replica: r.id}
-	return nil, &Snapshot{State: st, Records: r.liveRecords()}
+	return nil, &Snapshot{Seq: r.low, Stable: r.lowCert, State: own.state, Records: r.liveRecords()}
 }
 
 // liveRecords lists the records that describe this replica's state above

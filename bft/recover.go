@@ -22,7 +22,7 @@ func (r *Replica) Recover(snap *Snapshot, recs []Record) error {
 		return fmt.Errorf("%w: Recover on a replica already running", ErrInvalid)
 	}
 	if snap != nil {
-		if err := r.restoreCheckpoint(snap.State); err != nil {
+		if err := r.restoreCheckpoint(snap); err != nil {
 			return err
 		}
 		recs = append(append([]Record(nil), snap.Records...), recs...)
@@ -53,28 +53,34 @@ func (r *Replica) Recover(snap *Snapshot, recs []Record) error {
 }
 
 // restoreCheckpoint installs a persisted stable checkpoint.
-func (r *Replica) restoreCheckpoint(st *State) error {
-	if st == nil || st.Seq == 0 {
+func (r *Replica) restoreCheckpoint(sn *Snapshot) error {
+	if sn.Seq == 0 {
 		return nil
 	}
-	d, err := r.verifyCheckpointCert(st.Seq, st.Stable)
+	d, err := r.verifyCheckpointCert(sn.Seq, sn.Stable)
 	if err != nil {
-		return fmt.Errorf("recover: checkpoint %d: %w", st.Seq, err)
+		return fmt.Errorf("recover: checkpoint %d: %w", sn.Seq, err)
 	}
-	if stateDigest(st.Snapshot, st.Replies) != d {
-		return fmt.Errorf("%w: recover: checkpoint %d does not match its certified digest", ErrInvalid, st.Seq)
+	own := r.newOwnCheckpoint(sn.Seq, sn.State)
+	if own.digest != d {
+		return fmt.Errorf("%w: recover: checkpoint %d does not match its certified digest", ErrInvalid, sn.Seq)
 	}
-	if err := r.cfg.App.Restore(st.Snapshot); err != nil {
-		return fmt.Errorf("%w: recover: restore checkpoint %d: %v", ErrInvalid, st.Seq, err)
+	replies, snap, err := decodeState(sn.State)
+	if err != nil {
+		return fmt.Errorf("recover: checkpoint %d: %w", sn.Seq, err)
 	}
-	for i := range st.Replies {
-		rp := st.Replies[i]
+	if err := r.cfg.App.Restore(snap); err != nil {
+		return fmt.Errorf("%w: recover: restore checkpoint %d: %v", ErrInvalid, sn.Seq, err)
+	}
+	for i := range replies {
+		rp := replies[i]
+		rp.Replica = r.id
 		r.replies[rp.Client] = &rp
 	}
 	delete(r.ckpts, 0)
-	r.ckpts[st.Seq] = &ownCheckpoint{seq: st.Seq, digest: d, snap: st.Snapshot, replies: st.Replies}
-	r.lastExec, r.low, r.lowCert = st.Seq, st.Seq, st.Stable
-	r.target, r.targetDigest, r.targetCert = st.Seq, d, st.Stable
+	r.ckpts[sn.Seq] = own
+	r.lastExec, r.low, r.lowCert = sn.Seq, sn.Seq, sn.Stable
+	r.target, r.targetDigest, r.targetCert = sn.Seq, d, sn.Stable
 	return nil
 }
 

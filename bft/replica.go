@@ -80,9 +80,15 @@ type Replica struct {
 	lastHelp    map[ReplicaID]uint64 // tick a peer was last sent our new view
 	lastAnswer  map[ReplicaID]uint64 // tick a lagging peer was last sent our votes
 
-	// State transfer.
-	fetchTimer int
-	lastServe  map[ReplicaID]uint64
+	// State transfer (see statetransfer.go). resync: this replica's state
+	// diverged from a certified checkpoint (target); it executes nothing
+	// until it installed the certified state.
+	fetchTimer   int
+	lastServe    map[ReplicaID]uint64
+	fetch        *stateFetch
+	resync       bool
+	chunkServed  []uint64      // per peer, the tick+1 a chunk was last sent
+	chunkWaiting []*FetchChunk // per peer, a chunk request waiting for the next tick
 
 	// Output.
 	durable    []Record // to persist before out is sent (see persist.go)
@@ -178,6 +184,8 @@ type Status struct {
 	NewViews       uint64 // new views entered
 	StateTransfers uint64 // states restored
 	Fetches        uint64 // FetchState messages sent
+	Chunks         uint64 // state chunks received and verified
+	Divergences    uint64 // certified checkpoints that differed from this replica's own
 	LogEntries     int    // sequence numbers with state in the log
 	Pending        int    // requests held, not executed
 	Checkpoints    int    // own checkpoints (snapshots) held
@@ -216,6 +224,9 @@ func NewReplica(cfg Config) (*Replica, error) {
 		lastHelp:   make(map[ReplicaID]uint64),
 		lastAnswer: make(map[ReplicaID]uint64),
 		lastServe:  make(map[ReplicaID]uint64),
+
+		chunkServed:  make([]uint64, cfg.N),
+		chunkWaiting: make([]*FetchChunk, cfg.N),
 	}
 	r.pending.init()
 	r.futureBytes = make(map[ReplicaID]int)
@@ -330,6 +341,22 @@ func (r *Replica) Step(from Target, m Message) error {
 			return fmt.Errorf("%w: state claims replica %d, sent by %d", ErrForged, m.Replica, src)
 		}
 		return r.onState(m)
+	case *FetchChunk:
+		if m == nil {
+			break
+		}
+		if m.Replica != src {
+			return fmt.Errorf("%w: chunk fetch claims replica %d, sent by %d", ErrForged, m.Replica, src)
+		}
+		return r.onFetchChunk(m)
+	case *Chunk:
+		if m == nil {
+			break
+		}
+		if m.Replica != src {
+			return fmt.Errorf("%w: chunk claims replica %d, sent by %d", ErrForged, m.Replica, src)
+		}
+		return r.onChunk(m)
 	case *Reply:
 		return fmt.Errorf("%w: reply sent to a replica", ErrInvalid)
 	default:

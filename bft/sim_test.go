@@ -31,6 +31,10 @@ func simCfg(c *bft.Config) {
 	c.CheckpointInterval = 8
 	c.WatermarkWindow = 16
 	c.MaxOpSize = 1024
+	// Every state transfer takes several chunks, each a chance for a
+	// Byzantine source to lie or a lossy link to drop it.
+	c.StateChunkBytes = 16
+	c.MaxStateBytes = 1 << 20
 }
 
 // chaos selects the network faults of a schedule's fault phase; their

@@ -127,16 +127,15 @@ func TestDurableFullDisk(t *testing.T) {
 // never panics, whatever the bytes.
 func FuzzStorageDecode(f *testing.F) {
 	s := &storage{lim: storageLimits(4)}
-	st := &bft.State{Seq: 16, Snapshot: []byte("app"), Replies: []bft.Reply{{Client: 1, Timestamp: 2, Result: []byte("r")}}}
 	recs := []bft.Record{
 		{Kind: bft.RecPrepare, Msg: &bft.Prepare{View: 1, Seq: 17, Replica: 2}},
 		{Kind: bft.RecCommitted, Msg: &bft.Commit{View: 1, Seq: 17, Replica: 2}},
 	}
-	f.Add(s.encodeSnapshot(&bft.Snapshot{State: st, Records: recs}))
+	f.Add(s.encodeSnapshot(&bft.Snapshot{Seq: 16, Stable: []bft.Checkpoint{{Seq: 16, Replica: 1}}, State: []byte("\x01\x01\x02\x01rapp"), Records: recs}))
 	f.Add(appendRecord(nil, recs[0]))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if sn, err := s.decodeSnapshot(b); err == nil && sn.State == nil {
-			t.Fatal("snapshot without a state decoded")
+		if sn, err := s.decodeSnapshot(b); err == nil && len(sn.Stable) > 0 && sn.State == nil {
+			t.Fatal("snapshot with a certificate and no state decoded")
 		}
 		s.decodeRecord(b)
 	})

@@ -102,11 +102,20 @@ func (s *storage) decodeRecord(b []byte) (bft.Record, error) {
 	return bft.Record{Kind: bft.RecordKind(b[0]), Msg: m}, nil
 }
 
+// A snapshot is its sequence number, its certificate (a count, then each
+// checkpoint's encoding, length-prefixed), the state bytes
+// (length-prefixed), then the records, each length-prefixed.
 func (s *storage) encodeSnapshot(sn *bft.Snapshot) []byte {
-	st := wire.Append(nil, sn.State)
-	b := binary.AppendUvarint(nil, uint64(len(st)))
-	b = append(b, st...)
+	b := binary.AppendUvarint(nil, sn.Seq)
+	b = binary.AppendUvarint(b, uint64(len(sn.Stable)))
 	var rec []byte
+	for i := range sn.Stable {
+		rec = wire.Append(rec[:0], &sn.Stable[i])
+		b = binary.AppendUvarint(b, uint64(len(rec)))
+		b = append(b, rec...)
+	}
+	b = binary.AppendUvarint(b, uint64(len(sn.State)))
+	b = append(b, sn.State...)
 	for _, r := range sn.Records {
 		rec = appendRecord(rec[:0], r)
 		b = binary.AppendUvarint(b, uint64(len(rec)))
@@ -116,28 +125,53 @@ func (s *storage) encodeSnapshot(sn *bft.Snapshot) []byte {
 }
 
 func (s *storage) decodeSnapshot(b []byte) (*bft.Snapshot, error) {
-	next := func() ([]byte, error) {
+	uv := func() (uint64, error) {
 		n, k := binary.Uvarint(b)
-		if k <= 0 || n > uint64(len(b)-k) {
+		if k <= 0 {
+			return 0, errors.New("bad varint")
+		}
+		b = b[k:]
+		return n, nil
+	}
+	next := func() ([]byte, error) {
+		n, err := uv()
+		if err != nil || n > uint64(len(b)) {
 			return nil, errors.New("bad length")
 		}
-		p := b[k : k+int(n)]
-		b = b[k+int(n):]
+		p := b[:n]
+		b = b[n:]
 		return p, nil
 	}
-	p, err := next()
+	sn := &bft.Snapshot{}
+	var err error
+	if sn.Seq, err = uv(); err != nil {
+		return nil, err
+	}
+	count, err := uv()
 	if err != nil {
 		return nil, err
 	}
-	m, err := wire.DecodeLimits(p, s.lim)
-	if err != nil {
+	if count > uint64(s.lim.MaxReplicas) {
+		return nil, fmt.Errorf("certificate of %d checkpoints", count)
+	}
+	for range count {
+		p, err := next()
+		if err != nil {
+			return nil, err
+		}
+		m, err := wire.DecodeLimits(p, s.lim)
+		if err != nil {
+			return nil, err
+		}
+		c, ok := m.(*bft.Checkpoint)
+		if !ok {
+			return nil, fmt.Errorf("snapshot certificate holds a %T, not a checkpoint", m)
+		}
+		sn.Stable = append(sn.Stable, *c)
+	}
+	if sn.State, err = next(); err != nil {
 		return nil, err
 	}
-	st, ok := m.(*bft.State)
-	if !ok {
-		return nil, fmt.Errorf("snapshot holds a %T, not a state", m)
-	}
-	sn := &bft.Snapshot{State: st}
 	for len(b) > 0 {
 		p, err := next()
 		if err != nil {

@@ -17,8 +17,9 @@
 //
 // Nested messages (a PrePrepare's Batch, a PreparedCert, a ViewChange's
 // Stable proof, a NewView's ViewChanges and PrePrepares, a State's
-// Replies) are encoded recursively in that way. There is no framing: the
-// transport delimits messages, and Decode takes exactly one.
+// Stable proof) are encoded recursively in that way; a State's Chunks
+// are a list of digests. There is no framing: the transport delimits
+// messages, and Decode takes exactly one.
 //
 // SignedBytes is the content a signature covers: the same encoding with
 // the message's own Sig field written as empty. The leading type byte
@@ -40,7 +41,7 @@
 // # Aliasing and ownership
 //
 // Decoded byte slices (Request.Op and Auth, Reply.Result, every Sig,
-// State.Snapshot) ALIAS THE INPUT: Decode does not copy them. The caller
+// Chunk.Data) ALIAS THE INPUT: Decode does not copy them. The caller
 // hands the buffer over to the message and must not modify or reuse it
 // for as long as the message, or anything taken from it, is in use; the
 // core keeps requests in its log for a long time, so a driver should
@@ -70,7 +71,7 @@ var ErrMalformed = errors.New("wire: malformed message")
 // DefaultLimits, so Limits{MaxReplicas: 4} changes only that bound.
 type Limits struct {
 	// MaxMessage bounds the length of the whole encoded message. It also
-	// bounds State.Snapshot, which has no limit of its own.
+	// bounds Chunk.Data, which has no limit of its own.
 	MaxMessage int
 	// MaxOp bounds a request's operation and a reply's result.
 	MaxOp int
@@ -82,7 +83,7 @@ type Limits struct {
 	MaxAuth int
 	// MaxList bounds the lists whose length depends on the log or on
 	// the number of clients: a view change's prepared certificates, a
-	// new view's pre-prepares and a state transfer's replies.
+	// new view's pre-prepares and a state manifest's chunk digests.
 	MaxList int
 	// MaxReplicas bounds every replica ID (IDs must be below it) and the
 	// certificates that hold at most one entry per replica: stable
@@ -209,11 +210,23 @@ func appendMessage(b []byte, m bft.Message, sig bool) []byte {
 		b = append(b, byte(bft.TypeState))
 		b = binary.AppendUvarint(b, m.Seq)
 		b = appendCheckpoints(b, m.Stable)
-		b = appendBytes(b, m.Snapshot)
-		b = binary.AppendUvarint(b, uint64(len(m.Replies)))
-		for i := range m.Replies {
-			b = appendReply(b, &m.Replies[i])
+		b = binary.AppendUvarint(b, m.ChunkSize)
+		b = binary.AppendUvarint(b, m.Length)
+		b = binary.AppendUvarint(b, uint64(len(m.Chunks)))
+		for i := range m.Chunks {
+			b = append(b, m.Chunks[i][:]...)
 		}
+		return binary.AppendUvarint(b, uint64(m.Replica))
+	case *bft.FetchChunk:
+		b = append(b, byte(bft.TypeFetchChunk))
+		b = binary.AppendUvarint(b, m.Seq)
+		b = binary.AppendUvarint(b, m.Index)
+		return binary.AppendUvarint(b, uint64(m.Replica))
+	case *bft.Chunk:
+		b = append(b, byte(bft.TypeChunk))
+		b = binary.AppendUvarint(b, m.Seq)
+		b = binary.AppendUvarint(b, m.Index)
+		b = appendBytes(b, m.Data)
 		return binary.AppendUvarint(b, uint64(m.Replica))
 	}
 	panic(fmt.Sprintf("wire: cannot encode message of type %T", m))
@@ -357,6 +370,12 @@ func decode(b []byte, lim Limits) (bft.Message, error) {
 	case bft.TypeState:
 		s := new(bft.State)
 		m, name, err = s, "state", d.state(s)
+	case bft.TypeFetchChunk:
+		f := new(bft.FetchChunk)
+		m, name, err = f, "fetch-chunk", d.fetchChunk(f)
+	case bft.TypeChunk:
+		c := new(bft.Chunk)
+		m, name, err = c, "chunk", d.chunk(c)
 	default:
 		return nil, &malformed{msg: fmt.Sprintf("unknown message type %d", t)}
 	}
@@ -674,11 +693,40 @@ func (d *decoder) state(m *bft.State) (err error) {
 	if m.Stable, err = d.checkpoints("stable"); err != nil {
 		return err
 	}
-	// The snapshot is bounded only by the message limit, checked above.
-	if m.Snapshot, err = d.bytes("snapshot", d.lim.MaxMessage); err != nil {
+	if m.ChunkSize, err = d.uvarint("chunk-size"); err != nil {
 		return err
 	}
-	if m.Replies, err = list(d, "replies", d.lim.MaxList, minReply, d.reply); err != nil {
+	if m.Length, err = d.uvarint("length"); err != nil {
+		return err
+	}
+	m.Chunks, err = list(d, "chunks", d.lim.MaxList, len(bft.Digest{}), func(c *bft.Digest) error { return d.digest("digest", c) })
+	if err != nil {
+		return err
+	}
+	m.Replica, err = d.replica("replica")
+	return err
+}
+
+func (d *decoder) fetchChunk(m *bft.FetchChunk) (err error) {
+	if m.Seq, err = d.uvarint("seq"); err != nil {
+		return err
+	}
+	if m.Index, err = d.uvarint("index"); err != nil {
+		return err
+	}
+	m.Replica, err = d.replica("replica")
+	return err
+}
+
+func (d *decoder) chunk(m *bft.Chunk) (err error) {
+	if m.Seq, err = d.uvarint("seq"); err != nil {
+		return err
+	}
+	if m.Index, err = d.uvarint("index"); err != nil {
+		return err
+	}
+	// A chunk is bounded only by the message limit, checked above.
+	if m.Data, err = d.bytes("data", d.lim.MaxMessage); err != nil {
 		return err
 	}
 	m.Replica, err = d.replica("replica")

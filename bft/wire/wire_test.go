@@ -104,12 +104,17 @@ func samples() []bft.Message {
 		&bft.FetchState{Seq: 1000, Replica: 3},
 		&bft.State{},
 		&bft.State{
-			Seq:      256,
-			Stable:   checkpoints(),
-			Snapshot: bytes.Repeat([]byte("state"), 1000),
-			Replies:  []bft.Reply{{View: 1, Timestamp: 5, Client: 7, Replica: 2, Result: []byte("r")}, {Client: 8}},
-			Replica:  2,
+			Seq:       256,
+			Stable:    checkpoints(),
+			ChunkSize: 1 << 20,
+			Length:    3<<20 - 5,
+			Chunks:    []bft.Digest{{1}, {2}, {3, 4}},
+			Replica:   2,
 		},
+		&bft.FetchChunk{},
+		&bft.FetchChunk{Seq: 256, Index: 2, Replica: 3},
+		&bft.Chunk{},
+		&bft.Chunk{Seq: 256, Index: 1, Data: bytes.Repeat([]byte("state"), 1000), Replica: 1},
 	}
 }
 
@@ -143,6 +148,11 @@ func TestRoundTrip(t *testing.T) {
 			t.Errorf("no sample of message type %d", typ)
 		}
 	}
+	for _, typ := range []bft.MessageType{bft.TypeFetchChunk, bft.TypeChunk} {
+		if !seen[typ] {
+			t.Errorf("no sample of message type %d", typ)
+		}
+	}
 }
 
 // TestEmptyIsNil checks the normalization: empty and nil encode alike,
@@ -156,7 +166,8 @@ func TestEmptyIsNil(t *testing.T) {
 		&bft.Checkpoint{Sig: []byte{}},
 		&bft.ViewChange{Stable: []bft.Checkpoint{}, Prepared: []bft.PreparedCert{{Prepares: []bft.Prepare{}}}, Sig: []byte{}},
 		&bft.NewView{ViewChanges: []bft.ViewChange{}, PrePrepares: []bft.PrePrepare{}, Sig: []byte{}},
-		&bft.State{Stable: []bft.Checkpoint{}, Snapshot: []byte{}, Replies: []bft.Reply{}},
+		&bft.State{Stable: []bft.Checkpoint{}, Chunks: []bft.Digest{}},
+		&bft.Chunk{Data: []byte{}},
 	}
 	nilled := []bft.Message{
 		&bft.Request{},
@@ -167,6 +178,7 @@ func TestEmptyIsNil(t *testing.T) {
 		&bft.ViewChange{Prepared: []bft.PreparedCert{{}}},
 		&bft.NewView{},
 		&bft.State{},
+		&bft.Chunk{},
 	}
 	for i, m := range empty {
 		b := Append(nil, m)
@@ -305,7 +317,10 @@ func TestMalformed(t *testing.T) {
 		{"batch count vs input", cat([]byte{byte(bft.TypePrePrepare)}, uv(1), uv(1), d[:], uv(1e6), make([]byte, 5)), Limits{MaxBatch: 1 << 30}, "pre-prepare: batch: count 1000000: truncated"},
 		{"bad request in batch", cat([]byte{byte(bft.TypePrePrepare)}, uv(1), uv(1), d[:], uv(2), uv(1), uv(1), uv(0), uv(0), uv(1), uv(1), uv(5), make([]byte, 2)), Limits{}, "pre-prepare: batch[1]: op: length 5: truncated"},
 		{"stable over limit", cat([]byte{byte(bft.TypeState)}, uv(1), uv(5)), small, "state: stable: count 5 exceeds the limit of 4"},
-		{"replies over limit", cat([]byte{byte(bft.TypeState)}, uv(1), uv(0), uv(0), uv(3)), small, "state: replies: count 3 exceeds the limit of 2"},
+		{"chunks over limit", cat([]byte{byte(bft.TypeState)}, uv(1), uv(0), uv(1), uv(0), uv(3)), small, "state: chunks: count 3 exceeds the limit of 2"},
+		{"chunks count vs input", cat([]byte{byte(bft.TypeState)}, uv(1), uv(0), uv(1), uv(0), uv(2), make([]byte, 40)), Limits{}, "state: chunks: count 2: truncated"},
+		{"chunk data vs input", cat([]byte{byte(bft.TypeChunk)}, uv(1), uv(0), uv(1<<20), make([]byte, 40)), Limits{}, "chunk: data: length 1048576: truncated"},
+		{"chunk data over limit", cat([]byte{byte(bft.TypeChunk)}, uv(1), uv(0), uv(1<<30)), Limits{}, "chunk: data: length 1073741824 exceeds the limit of 16777216"},
 		{"view changes count vs input", cat([]byte{byte(bft.TypeNewView)}, uv(1), uv(100), make([]byte, 50)), Limits{}, "new-view: view-changes: count 100: truncated"},
 		{"nested error path", func() []byte {
 			vc := viewChange(1)

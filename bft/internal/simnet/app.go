@@ -14,6 +14,9 @@ type App struct {
 	Count uint64
 	Hash  [32]byte
 	Ops   [][]byte // every op executed since the last Restore (for tests)
+	// Pad makes the snapshot Pad bytes longer, for tests of large states:
+	// the count and hash repeated, so the filler changes with the state.
+	Pad int
 }
 
 func (a *App) Execute(op []byte) []byte {
@@ -27,12 +30,17 @@ func (a *App) Execute(op []byte) []byte {
 }
 
 func (a *App) Snapshot() []byte {
-	b := binary.BigEndian.AppendUint64(nil, a.Count)
-	return append(b, a.Hash[:]...)
+	b := make([]byte, 40, 40+a.Pad)
+	binary.BigEndian.PutUint64(b, a.Count)
+	copy(b[8:], a.Hash[:])
+	for len(b) < 40+a.Pad {
+		b = append(b, b[:min(len(b), 40+a.Pad-len(b))]...)
+	}
+	return b
 }
 
 func (a *App) Restore(s []byte) error {
-	if len(s) != 40 {
+	if len(s) != 40+a.Pad {
 		return errors.New("simnet: bad snapshot")
 	}
 	a.Count = binary.BigEndian.Uint64(s)

@@ -377,7 +377,13 @@ func Forge(p float64) Behavior {
 			add(&c)
 		case *bft.State:
 			c := *m
-			c.Snapshot = append([]byte{1}, m.Snapshot...)
+			c.Chunks = append([]bft.Digest(nil), m.Chunks...)
+			c.Chunks[a.Rand.IntN(len(c.Chunks))] = a.randDigest()
+			replace(&c)
+		case *bft.Chunk:
+			c := *m
+			c.Data = append([]byte(nil), m.Data...)
+			c.Data[a.Rand.IntN(len(c.Data))] ^= 1
 			replace(&c)
 		}
 		return out

@@ -60,6 +60,9 @@ type Options struct {
 	// Clients+1 ...) that RealAuth provisions keys for, for Byzantine
 	// clients.
 	ExtraClients int
+	// AppPad makes every replica's application snapshot this many bytes
+	// longer (see App.Pad).
+	AppPad int
 }
 
 // Net is a simulated cluster. Fields in the fault section may be changed
@@ -114,6 +117,7 @@ type Net struct {
 
 	Seed       uint64
 	codec      bool
+	appPad     int
 	cluster    *auth.Cluster
 	clientAuth map[bft.ClientID]*auth.ClientAuth
 	adv        map[bft.ReplicaID]*Adversary
@@ -126,7 +130,7 @@ type Net struct {
 }
 
 // Sentinels counted in Net.Errors.
-var sentinels = []error{bft.ErrInvalid, bft.ErrForged, bft.ErrStale, bft.ErrWatermark, bft.ErrDuplicate, bft.ErrEquivocation, bft.ErrFull, bft.ErrBusy}
+var sentinels = []error{bft.ErrInvalid, bft.ErrForged, bft.ErrStale, bft.ErrWatermark, bft.ErrDuplicate, bft.ErrEquivocation, bft.ErrFull, bft.ErrBusy, bft.ErrTooLarge}
 
 // New builds a cluster; replicas and clients start empty in view 0.
 func New(o Options) (*Net, error) {
@@ -146,6 +150,7 @@ func New(o Options) (*Net, error) {
 		digests: make(map[uint64]bft.Digest),
 		Seed:    o.Seed,
 		codec:   o.Codec,
+		appPad:  o.AppPad,
 	}
 	n.Check = newChecker(n)
 	if o.RealAuth {
@@ -200,7 +205,7 @@ func New(o Options) (*Net, error) {
 // crash that lost everything; it is no longer crashed.
 func (n *Net) Restart(i int) error {
 	cfg := n.Configs[i]
-	app := &App{}
+	app := &App{Pad: n.appPad}
 	cfg.App = app
 	r, err := bft.NewReplica(cfg)
 	if err != nil {

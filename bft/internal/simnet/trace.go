@@ -129,7 +129,11 @@ func Describe(m bft.Message) string {
 	case *bft.FetchState:
 		return fmt.Sprintf("FetchState{s%d r%d}", m.Seq, m.Replica)
 	case *bft.State:
-		return fmt.Sprintf("State{s%d r%d}", m.Seq, m.Replica)
+		return fmt.Sprintf("State{s%d r%d %d bytes}", m.Seq, m.Replica, m.Length)
+	case *bft.FetchChunk:
+		return fmt.Sprintf("FetchChunk{s%d #%d r%d}", m.Seq, m.Index, m.Replica)
+	case *bft.Chunk:
+		return fmt.Sprintf("Chunk{s%d #%d r%d %d bytes}", m.Seq, m.Index, m.Replica, len(m.Data))
 	}
 	return fmt.Sprintf("%T", m)
 }

@@ -1,0 +1,209 @@
+package bft_test
+
+import (
+	"testing"
+
+	"github.com/rubin-go/rubin/bft"
+	"github.com/rubin-go/rubin/bft/internal/simnet"
+	"github.com/rubin-go/rubin/bft/wire"
+)
+
+// bigState is the application state of the large-state tests: four times
+// the 16 MiB frame limit, so no single message can carry it.
+const bigState = 64 << 20
+
+// bigCfg checkpoints less often than smallCfg: every checkpoint of a
+// large state copies and hashes all of it.
+func bigCfg(c *bft.Config) {
+	c.CheckpointInterval = 32
+	c.WatermarkWindow = 64
+}
+
+// lagBehind runs load with replica victim cut off until the others hold a
+// stable checkpoint beyond its window, so it can catch up only by state
+// transfer; it returns the sequence number the victim had executed. The
+// application state grows to pad bytes more once the victim is cut off,
+// so only the checkpoints that matter copy and hash a large state.
+func lagBehind(t *testing.T, n *simnet.Net, victim, pad int) uint64 {
+	t.Helper()
+	if !n.Load(2, 2000, op) {
+		t.Fatalf("not finished: %v", n.LastErrors)
+	}
+	cut := bft.ToReplica(bft.ReplicaID(victim))
+	n.Block = func(from, to bft.Target) bool { return from == cut || to == cut }
+	behind := n.Replicas[victim].Status().LastExecuted
+	for _, a := range n.Apps {
+		a.Pad = pad
+	}
+	other := n.Replicas[(victim+1)%n.N]
+	total := 2
+	for other.Status().Stable <= behind {
+		total += 4
+		if !n.Load(total, 5000, op) {
+			t.Fatalf("not finished with replica %d cut off: %v", victim, n.LastErrors)
+		}
+	}
+	n.Block = nil
+	// More load after healing, until a checkpoint it brings tells the
+	// victim it lags.
+	for n.Replicas[victim].Status().KnownStable <= behind {
+		total += 2
+		if !n.Load(total, 5000, op) {
+			t.Fatalf("not finished after healing: %v", n.LastErrors)
+		}
+	}
+	return behind
+}
+
+// A replica that lags behind a state larger than a frame catches up.
+func TestStateTransferLarge(t *testing.T) {
+	if testing.Short() {
+		t.Skip("64 MiB state")
+	}
+	n := newNet(t, simnet.Options{Clients: 2, Seed: 30, Config: bigCfg, Codec: true})
+	behind := lagBehind(t, n, 3, bigState)
+	ok := n.Run(2000, func() bool {
+		return n.Replicas[3].Status().LastExecuted >= n.Replicas[1].Status().Stable
+	})
+	s := n.Replicas[3].Status()
+	if !ok || s.StateTransfers == 0 {
+		t.Fatalf("replica 3 did not catch up from %d: %+v (others %+v); codec errors %d, checker: %v", behind, s, n.Replicas[1].Status(), n.CodecErrors, n.Check.Err())
+	}
+	if err := n.CheckAgreement(); err != nil {
+		t.Fatal(err)
+	}
+	// It takes part again: with another replica down, the cluster needs it.
+	n.Crashed[2] = true
+	if !n.Load(len(n.Results[0])+3, 10000, op) {
+		t.Fatalf("not finished with the caught-up replica needed: %v %+v", n.LastErrors, n.Replicas[3].Status())
+	}
+	checkSameOrder(t, n)
+}
+
+// The replica serving a state transfer goes silent midway: the fetch
+// resumes from another signer where it stopped, and the state installed
+// is the certified one.
+func TestStateTransferResumes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("64 MiB state")
+	}
+	n := newNet(t, simnet.Options{Clients: 2, Seed: 33, Config: bigCfg, Codec: true})
+	from := map[bft.ReplicaID]int{}
+	n.Byzantine = func(src bft.ReplicaID, e bft.Envelope) []bft.Envelope {
+		if _, ok := e.Msg.(*bft.Chunk); ok && e.To == bft.ToReplica(3) {
+			from[src]++
+		}
+		return []bft.Envelope{e}
+	}
+	lagBehind(t, n, 3, bigState)
+	silenced := -1
+	ok := n.Run(3000, func() bool {
+		for src, k := range from {
+			if silenced < 0 && k >= 20 {
+				silenced = int(src)
+				n.Crashed[silenced] = true
+			}
+		}
+		return n.Replicas[3].Status().StateTransfers > 0
+	})
+	s := n.Replicas[3].Status()
+	if !ok || silenced < 0 || len(from) < 2 {
+		t.Fatalf("no resumed transfer: %+v; chunks sent by %v, silenced %d", s, from, silenced)
+	}
+	total := 0
+	for _, k := range from {
+		total += k
+	}
+	chunks := (bigState + (1 << 20)) / (1 << 20) // the snapshot and a small reply cache
+	t.Logf("replica %d went silent; chunks sent by replica: %v; replica 3 verified %d", silenced, from, s.Chunks)
+	if s.Chunks != uint64(chunks) || s.StateTransfers != 1 {
+		t.Fatalf("replica 3 verified %d chunks in %d transfers, want %d in one: the fetch restarted", s.Chunks, s.StateTransfers, chunks)
+	}
+	// With the silent replica down, the cluster needs replica 3.
+	if !n.Load(len(n.Results[0])+3, 10000, op) {
+		t.Fatalf("not finished with the caught-up replica needed: %v %+v", n.LastErrors, n.Replicas[3].Status())
+	}
+	checkSameOrder(t, n)
+}
+
+// A peer that asks for the state every tick gets a bounded number of bytes
+// per tick, whatever the size of the state, and correct clients keep
+// completing meanwhile.
+func TestFetchStateFloodBounded(t *testing.T) {
+	const (
+		state = 8 << 20
+		ticks = 60
+	)
+	const chunk = 256 << 10
+	n := newNet(t, simnet.Options{Clients: 2, Seed: 31, AppPad: state, Config: func(c *bft.Config) {
+		bigCfg(c)
+		c.StateChunkBytes = chunk
+	}})
+	if !n.Load(20, 3000, op) {
+		t.Fatalf("not finished: %v", n.LastErrors)
+	}
+	const liar = bft.ReplicaID(3)
+	n.Crashed[liar], n.Faulty[liar] = true, true
+	var answered int
+	n.Byzantine = func(from bft.ReplicaID, e bft.Envelope) []bft.Envelope {
+		if from == 0 && e.To == bft.ToReplica(liar) {
+			answered += len(wire.Append(nil, e.Msg))
+		}
+		return []bft.Envelope{e}
+	}
+	n.OnTick = append(n.OnTick, func() {
+		to := bft.Envelope{To: bft.ToReplica(0), Msg: &bft.FetchState{Seq: 0, Replica: liar}}
+		n.Send(bft.ToReplica(liar), to)
+		// And every chunk of the state it holds, several times over.
+		seq := n.Replicas[0].Status().Stable
+		for i := range 3 * state / chunk {
+			to.Msg = &bft.FetchChunk{Seq: seq, Index: uint64(i % (state / chunk)), Replica: liar}
+			n.Send(bft.ToReplica(liar), to)
+		}
+	})
+	start := n.Now
+	if !n.Load(40, 3000, op) {
+		t.Fatalf("clients starved by the flood: %v", n.LastErrors)
+	}
+	n.Run(ticks-int(n.Now-start), func() bool { return false })
+	elapsed := int(n.Now - start)
+	perTick := answered / elapsed
+	t.Logf("replica 0 produced %d bytes in %d ticks for the flooding peer (%d per tick), state %d bytes", answered, elapsed, perTick, state)
+	if limit := chunk + 16<<10; perTick > limit {
+		t.Fatalf("%d bytes per tick for one peer, limit %d", perTick, limit)
+	}
+}
+
+// A replica whose state diverged from the certified one (a corrupted
+// disk, a bug) discards it, fetches the certified state and keeps
+// serving.
+func TestDivergedReplicaRecovers(t *testing.T) {
+	n := newNet(t, simnet.Options{Clients: 2, Seed: 32, Config: smallCfg, Codec: true})
+	if !n.Load(10, 3000, op) {
+		t.Fatalf("not finished: %v", n.LastErrors)
+	}
+	n.Apps[3].Hash[0] ^= 1 // replica 3's application state is now wrong
+	// Load until the next checkpoint is stable, not beyond: replica 3
+	// stays inside its window, so nothing but the divergence can make it
+	// fetch the state.
+	stable := n.Replicas[1].Status().Stable
+	for k := 11; n.Replicas[1].Status().Stable == stable; k++ {
+		if !n.Load(k, 3000, op) {
+			t.Fatalf("not finished after the corruption: %v", n.LastErrors)
+		}
+	}
+	n.Run(200, func() bool { return false })
+	s, ref := n.Replicas[3].Status(), n.Replicas[1].Status()
+	if s.LastExecuted != ref.LastExecuted || n.Apps[3].Hash != n.Apps[1].Hash {
+		t.Fatalf("replica 3 did not recover the certified state: %+v, others %+v", s, ref)
+	}
+	// It serves: with another replica down, the cluster needs it.
+	n.Crashed[2] = true
+	if !n.Load(45, 10000, op) {
+		t.Fatalf("not finished with the recovered replica needed: %v %+v", n.LastErrors, n.Replicas[3].Status())
+	}
+	checkSameOrder(t, n)
+	if s := n.Replicas[3].Status(); s.Divergences == 0 || s.StateTransfers == 0 {
+		t.Fatalf("replica 3 recovered without noticing: %+v", s)
+	}
+}
