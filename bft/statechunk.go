@@ -55,8 +55,9 @@ func encodeState(replies []Reply, snap []byte) []byte {
 func decodeState(b []byte) ([]Reply, []byte, error) {
 	next := func() (uint64, error) {
 		v, n := binary.Uvarint(b)
-		if n <= 0 {
-			return 0, fmt.Errorf("%w: state: truncated reply cache", ErrInvalid)
+		if n <= 0 || n > 1 && b[n-1] == 0 {
+			// Truncated, or padded: every state has one encoding.
+			return 0, fmt.Errorf("%w: state: bad varint in the reply cache", ErrInvalid)
 		}
 		b = b[n:]
 		return v, nil

@@ -207,3 +207,32 @@ func TestDivergedReplicaRecovers(t *testing.T) {
 		t.Fatalf("replica 3 recovered without noticing: %+v", s)
 	}
 }
+
+// A replica behind a certified state above its MaxStateBytes refuses it
+// with ErrTooLarge before allocating, and the others carry on.
+func TestStateAboveMaxStateBytes(t *testing.T) {
+	n := newNet(t, simnet.Options{Clients: 2, Seed: 34, Codec: true, AppPad: 8 << 10, Config: func(c *bft.Config) {
+		smallCfg(c)
+		c.StateChunkBytes = 1 << 10
+		c.MaxStateBytes = 1 << 20
+	}})
+	n.Configs[3].MaxStateBytes = 4 << 10
+	if err := n.Restart(3); err != nil {
+		t.Fatal(err)
+	}
+	lagBehind(t, n, 3, 8<<10)
+	n.Run(100, func() bool { return false })
+	if s := n.Replicas[3].Status(); s.StateTransfers != 0 || s.Chunks != 0 || n.Errors[bft.ErrTooLarge] == 0 {
+		t.Fatalf("replica 3 took a state above its MaxStateBytes: %+v, errors %v", s, n.Errors)
+	}
+	checkSameOrder(t, n)
+}
+
+func TestStateConfigBounds(t *testing.T) {
+	for _, c := range []struct{ chunk, max int }{{16 << 20, 0}, {16, 16 << 20}} {
+		cfg := bft.Config{N: 4, App: &simnet.App{}, Auth: simnet.NewKeys(4, 1).Auth(0), StateChunkBytes: c.chunk, MaxStateBytes: c.max}
+		if _, err := bft.NewReplica(cfg); err == nil {
+			t.Errorf("chunks of %d bytes, MaxStateBytes %d: accepted", c.chunk, c.max)
+		}
+	}
+}

@@ -67,15 +67,18 @@ func (r *Replica) tickFetch() {
 		return
 	}
 	r.fetchTimer = 0
-	if f := r.fetch; f != nil && f.seq == r.target && !behindView {
+	if f := r.fetch; f != nil && f.seq == r.target {
 		// The source stopped answering: resume from the next one.
 		f.src = (f.src + 1) % len(f.sources)
 		r.askChunk()
-		return
+		if !behindView {
+			return
+		}
+	} else {
+		// A fetch of an older checkpoint that stalled is dropped: its
+		// servers have moved on.
+		r.fetch = nil
 	}
-	// A fetch of an older checkpoint that stalled is dropped: its
-	// servers have moved on.
-	r.fetch = nil
 	seq := r.lastExec
 	if r.resync {
 		seq = r.target - 1 // so that the signers answer
