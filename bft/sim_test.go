@@ -44,6 +44,9 @@ type chaos struct {
 	partition                 bool // cut one replica (or a chosen one) off for a while
 	partitionVictim           int  // -1: a random correct replica
 	crash                     bool // crash one correct replica and restart it empty
+	// powerLoss: every replica persists (Config.Persist); all crash at
+	// once, at a few moments, and recover from their disks.
+	powerLoss bool
 	// lag: a correct replica misses every normal-case message and state
 	// transfer for a while (it still hears checkpoints, so it learns of
 	// certified checkpoints above its state), then prepares again, still
@@ -126,7 +129,11 @@ func runSchedule(t *testing.T, test string, fam family, seed uint64) {
 	if fam.clients == 0 {
 		fam.clients = 3
 	}
-	n, err := simnet.New(simnet.Options{N: fam.n, Clients: fam.clients, Seed: seed, Config: simCfg, Codec: *simCodec, RealAuth: fam.realAuth, ExtraClients: 2})
+	cfg := simCfg
+	if fam.net.powerLoss {
+		cfg = func(c *bft.Config) { simCfg(c); c.Persist = true }
+	}
+	n, err := simnet.New(simnet.Options{N: fam.n, Clients: fam.clients, Seed: seed, Config: cfg, Codec: *simCodec, RealAuth: fam.realAuth, ExtraClients: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,6 +223,14 @@ func runSchedule(t *testing.T, test string, fam family, seed uint64) {
 				t.Fatal(err)
 			}
 		}
+		if c.powerLoss && rng.IntN(ticks/3) == 0 {
+			n.Note("power loss: every replica crashes and recovers from its disk")
+			for i := range n.N {
+				if err := n.Recover(i); err != nil {
+					fail("recover replica %d: %v", i, err)
+				}
+			}
+		}
 		n.Load(1<<30, 1, op)
 		if err := n.Check.Err(); err != nil {
 			fail("safety during the fault phase: %v", err)
@@ -286,6 +301,9 @@ func TestSim(t *testing.T) {
 		{name: "CrashRestart", seeds: seedRange(200, 8), net: with(allNet, func(c *chaos) { c.crash = true })},
 		// n=7: loss, partition and a crash at once.
 		{name: "N7CrashRestart", n: 7, seeds: seedRange(300, 6), net: with(allNet, func(c *chaos) { c.crash = true })},
+		// Every replica crashes at once, about three times, and recovers
+		// from what it persisted: no accepted result is lost.
+		{name: "PowerLoss", seeds: seedRange(500, 8), net: with(allNet, func(c *chaos) { c.powerLoss = true })},
 	})
 }
 
