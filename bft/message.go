@@ -39,6 +39,8 @@ const (
 	TypeNewView
 	TypeFetchState
 	TypeState
+	TypeFetchBatch
+	TypeBatch
 	// 11 and 12 are taken; the values below are fixed.
 	TypeFetchChunk MessageType = 13
 	TypeChunk      MessageType = 14
@@ -111,17 +113,21 @@ type Checkpoint struct {
 }
 
 // PreparedCert proves that a batch prepared at a sequence number: the
-// primary's signed pre-prepare (with the batch) and 2f signed prepares
-// from distinct backups, all for the same view, sequence number and digest.
+// primary's signed pre-prepare and 2f signed prepares from distinct
+// backups, all for the same view, sequence number and digest. In a view
+// change the pre-prepare carries no batch, only its digest (which the
+// signature covers): a replica that needs the batch fetches it (see
+// FetchBatch).
 type PreparedCert struct {
 	PrePrepare PrePrepare
 	Prepares   []Prepare
 }
 
 // ViewChange is a replica's vote to move to view View. It carries the
-// proof of its last stable checkpoint and a prepared certificate for every
-// sequence number above it that prepared at this replica, so the new
-// primary can re-propose them and no committed request is lost.
+// proof of the highest stable checkpoint it knows and a prepared
+// certificate (without batch) for every sequence number above it that
+// prepared at this replica, so the new primary can re-propose them and no
+// committed request is lost.
 type ViewChange struct {
 	View      uint64
 	StableSeq uint64
@@ -133,7 +139,9 @@ type ViewChange struct {
 
 // NewView is the new primary's announcement of view View: the 2f+1 view
 // changes it is based on, and the pre-prepares for the new view that
-// every replica can recompute from them and check.
+// every replica can recompute from them and check. The pre-prepares carry
+// digests, not batches: a replica that lacks a batch fetches it from the
+// replicas that vouched for it (see FetchBatch).
 type NewView struct {
 	View        uint64
 	ViewChanges []ViewChange
@@ -181,6 +189,26 @@ type Chunk struct {
 	Replica ReplicaID
 }
 
+// FetchBatch asks a replica for the batch with digest Digest at sequence
+// number Seq: sent by a replica that entered a new view whose pre-prepare
+// for Seq names a batch it does not hold, to a replica that vouched for
+// that batch (its view change held a certificate for it, or it signed
+// one).
+type FetchBatch struct {
+	Seq     uint64
+	Digest  Digest
+	Replica ReplicaID
+}
+
+// Batch answers FetchBatch with the requests whose BatchDigest is Digest.
+// The receiver checks the digest, so the answer needs no signature.
+type Batch struct {
+	Seq      uint64
+	Digest   Digest
+	Requests []Request
+	Replica  ReplicaID
+}
+
 func (*Request) Type() MessageType    { return TypeRequest }
 func (*Reply) Type() MessageType      { return TypeReply }
 func (*PrePrepare) Type() MessageType { return TypePrePrepare }
@@ -193,6 +221,8 @@ func (*FetchState) Type() MessageType { return TypeFetchState }
 func (*State) Type() MessageType      { return TypeState }
 func (*FetchChunk) Type() MessageType { return TypeFetchChunk }
 func (*Chunk) Type() MessageType      { return TypeChunk }
+func (*FetchBatch) Type() MessageType { return TypeFetchBatch }
+func (*Batch) Type() MessageType      { return TypeBatch }
 
 // BatchDigest is the digest a pre-prepare binds: SHA-256 over each
 // request's client, timestamp and operation, length-prefixed. The

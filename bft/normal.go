@@ -289,8 +289,8 @@ func (r *Replica) tryExecute() {
 	progressed := false
 	for {
 		e := r.log[r.lastExec+1]
-		if e == nil || !e.committed {
-			break
+		if e == nil || !e.committed || batchMissing(e.cDigest, e.batch) {
+			break // a slot committed on its digest waits for the batch
 		}
 		r.execute(e)
 		progressed = true
@@ -346,8 +346,10 @@ func (r *Replica) tickResend() {
 			continue
 		}
 		if r.isPrimary() {
-			r.broadcast(e.pp)
-			resent = true
+			if !batchMissing(e.pp.Digest, e.pp.Batch) {
+				r.broadcast(e.pp)
+				resent = true
+			}
 		} else if p := e.prepares[r.id]; p != nil {
 			r.broadcast(p)
 			resent = true
@@ -408,7 +410,9 @@ func (r *Replica) resendCommitted(to ReplicaID, above uint64) {
 	for _, s := range seqs {
 		e := r.log[s]
 		if r.isPrimary() {
-			r.send(to, e.pp)
+			if !batchMissing(e.pp.Digest, e.pp.Batch) {
+				r.send(to, e.pp)
+			}
 		} else if p := e.prepares[r.id]; p != nil {
 			r.send(to, p)
 		}

@@ -80,6 +80,10 @@ type Replica struct {
 	lastHelp    map[ReplicaID]uint64 // tick a peer was last sent our new view
 	lastAnswer  map[ReplicaID]uint64 // tick a lagging peer was last sent our votes
 
+	// Batches a new view named that this replica lacks (batchfetch.go).
+	fetching   map[uint64]*batchFetch
+	batchServe map[ReplicaID]serveBudget
+
 	// State transfer (see statetransfer.go). resync: this replica's state
 	// diverged from a certified checkpoint (target); it executes nothing
 	// until it installed the certified state.
@@ -186,6 +190,7 @@ type Status struct {
 	Fetches        uint64 // FetchState messages sent
 	Chunks         uint64 // state chunks received and verified
 	Divergences    uint64 // certified checkpoints that differed from this replica's own
+	BatchFetches   uint64 // FetchBatch messages sent
 	LogEntries     int    // sequence numbers with state in the log
 	Pending        int    // requests held, not executed
 	Checkpoints    int    // own checkpoints (snapshots) held
@@ -357,6 +362,22 @@ func (r *Replica) Step(from Target, m Message) error {
 			return fmt.Errorf("%w: chunk claims replica %d, sent by %d", ErrForged, m.Replica, src)
 		}
 		return r.onChunk(m)
+	case *FetchBatch:
+		if m == nil {
+			break
+		}
+		if m.Replica != src {
+			return fmt.Errorf("%w: batch fetch claims replica %d, sent by %d", ErrForged, m.Replica, src)
+		}
+		return r.onFetchBatch(m)
+	case *Batch:
+		if m == nil {
+			break
+		}
+		if m.Replica != src {
+			return fmt.Errorf("%w: batch claims replica %d, sent by %d", ErrForged, m.Replica, src)
+		}
+		return r.onBatch(m)
 	case *Reply:
 		return fmt.Errorf("%w: reply sent to a replica", ErrInvalid)
 	default:
@@ -390,6 +411,7 @@ func (r *Replica) Tick() {
 		r.startViewChange(r.view + 1)
 	}
 	r.tickFetch()
+	r.tickBatchFetch()
 }
 
 // HasReady reports whether Ready has anything new.

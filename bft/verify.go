@@ -28,8 +28,8 @@ func (r *Replica) verifyCheckpointCert(seq uint64, cert []Checkpoint) (Digest, e
 }
 
 // verifyPreparedCert checks a prepared certificate for a view below
-// below: the primary's signed pre-prepare with a batch matching its
-// digest, and 2f signed matching prepares from distinct backups.
+// below: the primary's signed pre-prepare, without a batch (its digest
+// stands for it), and 2f signed matching prepares from distinct backups.
 func (r *Replica) verifyPreparedCert(c *PreparedCert, below uint64) error {
 	pp := &c.PrePrepare
 	if pp.View >= below {
@@ -38,11 +38,8 @@ func (r *Replica) verifyPreparedCert(c *PreparedCert, below uint64) error {
 	if len(c.Prepares) < r.q-1 || len(c.Prepares) > r.n {
 		return fmt.Errorf("%w: prepared certificate with %d prepares", ErrForged, len(c.Prepares))
 	}
-	if err := r.checkBatch(pp.Batch); err != nil {
-		return err
-	}
-	if BatchDigest(pp.Batch) != pp.Digest {
-		return fmt.Errorf("%w: prepared certificate digest does not match its batch", ErrForged)
+	if len(pp.Batch) != 0 {
+		return fmt.Errorf("%w: prepared certificate for seq %d carries a batch", ErrInvalid, pp.Seq)
 	}
 	prim := r.primary(pp.View)
 	seen := map[ReplicaID]bool{}

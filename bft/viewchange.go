@@ -33,7 +33,9 @@ func (r *Replica) startViewChange(w uint64) {
 	}
 	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
 	for _, s := range seqs {
-		vc.Prepared = append(vc.Prepared, *r.log[s].cert)
+		c := *r.log[s].cert
+		c.PrePrepare.Batch = nil // the digest stands for it
+		vc.Prepared = append(vc.Prepared, c)
 	}
 	vc.Sig = r.cfg.Auth.Sign(vc)
 	r.stats.ViewChanges++
@@ -141,9 +143,9 @@ func (r *Replica) tickViewChange() {
 // computeNewView derives a new view's pre-prepares from a set of valid
 // view changes, as both the new primary and every backup do: from min-s,
 // the highest stable checkpoint among them, to max-s, the highest
-// prepared sequence number, each slot gets the batch of the prepared
-// certificate of the highest view, or a null batch. The pre-prepares are
-// unsigned.
+// prepared sequence number, each slot gets the digest of the prepared
+// certificate of the highest view, or the null batch's. The pre-prepares
+// are unsigned and carry no batch.
 func computeNewView(view uint64, vcs []ViewChange) (minS uint64, minCert []Checkpoint, pps []PrePrepare) {
 	for i := range vcs {
 		if vcs[i].StableSeq > minS {
@@ -171,7 +173,7 @@ func computeNewView(view uint64, vcs []ViewChange) (minS uint64, minCert []Check
 	for s := minS + 1; s <= maxS && s > minS; s++ {
 		pp := PrePrepare{View: view, Seq: s, Digest: null}
 		if c := best[s]; c != nil {
-			pp.Digest, pp.Batch = c.PrePrepare.Digest, c.PrePrepare.Batch
+			pp.Digest = c.PrePrepare.Digest
 		}
 		pps = append(pps, pp)
 	}
@@ -233,7 +235,7 @@ func (r *Replica) onNewView(nv *NewView) error {
 	}
 	for i := range pps {
 		got := &nv.PrePrepares[i]
-		if got.View != pps[i].View || got.Seq != pps[i].Seq || got.Digest != pps[i].Digest || BatchDigest(got.Batch) != got.Digest {
+		if got.View != pps[i].View || got.Seq != pps[i].Seq || got.Digest != pps[i].Digest || len(got.Batch) != 0 {
 			return fmt.Errorf("%w: new view %d pre-prepare for seq %d differs from the recomputed one", ErrForged, nv.View, pps[i].Seq)
 		}
 		if !r.cfg.Auth.Verify(nv.Replica, got, got.Sig) {
@@ -278,13 +280,23 @@ func (r *Replica) enterView(nv *NewView, minS uint64, minCert []Checkpoint) {
 		if !r.inWindow(pp.Seq) {
 			continue
 		}
+		// Before entryFor forgets the slot's old pre-prepare.
+		b, held := r.heldBatch(pp.Seq, pp.Digest)
 		e := r.entryFor(pp.Seq)
 		if e.committed && e.cDigest != pp.Digest {
 			// Cannot happen with at most f faults: a committed batch is
 			// in every quorum's view changes.
 			continue
 		}
+		if len(b) > 0 {
+			full := *pp
+			full.Batch = b
+			pp = &full
+		}
 		r.acceptPrePrepare(e, pp)
+		if !held && pp.Seq > r.lastExec {
+			r.fetchBatch(pp.Seq, pp.Digest, r.vouchers(nv, pp.Seq, pp.Digest))
+		}
 	}
 	r.installing = false
 	r.rebuildProposed()

@@ -112,8 +112,7 @@ func TestLyingViewChangeIgnored(t *testing.T) {
 			return []bft.Envelope{e}
 		}
 		lie := *vc
-		bad := bft.PrePrepare{View: 0, Seq: vc.StableSeq + 1, Batch: []bft.Request{{Client: 9, Timestamp: 1, Op: []byte("evil")}}}
-		bad.Digest = bft.BatchDigest(bad.Batch)
+		bad := bft.PrePrepare{View: 0, Seq: vc.StableSeq + 1, Digest: bft.BatchDigest([]bft.Request{{Client: 9, Timestamp: 1, Op: []byte("evil")}})}
 		bad.Sig = n.Keys.MAC(0, &bad)
 		lie.Prepared = []bft.PreparedCert{{PrePrepare: bad}} // no prepares
 		lie.Sig = n.Keys.MAC(6, &lie)

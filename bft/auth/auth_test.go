@@ -418,10 +418,12 @@ func signedSamples() []bft.Message {
 	d := bft.Digest{1, 2, 3}
 	batch := []bft.Request{{Client: 1, Timestamp: 2, Op: []byte("op"), Auth: make([]byte, 64)}}
 	pp := bft.PrePrepare{View: 1, Seq: 10, Digest: bft.BatchDigest(batch), Batch: batch}
+	header := pp // as certificates and new views carry it: no batch
+	header.Batch = nil
 	cp := bft.Checkpoint{Seq: 8, State: d, Replica: 3, Sig: make([]byte, 64)}
 	vc := bft.ViewChange{
 		View: 2, StableSeq: 8, Stable: []bft.Checkpoint{cp},
-		Prepared: []bft.PreparedCert{{PrePrepare: pp, Prepares: []bft.Prepare{{View: 1, Seq: 10, Digest: pp.Digest, Replica: 2}}}},
+		Prepared: []bft.PreparedCert{{PrePrepare: header, Prepares: []bft.Prepare{{View: 1, Seq: 10, Digest: pp.Digest, Replica: 2}}}},
 		Replica:  1,
 	}
 	return []bft.Message{
@@ -429,7 +431,7 @@ func signedSamples() []bft.Message {
 		&bft.Prepare{View: 1, Seq: 10, Digest: d, Replica: 1},
 		&bft.Checkpoint{Seq: 8, State: d, Replica: 1},
 		&vc,
-		&bft.NewView{View: 2, ViewChanges: []bft.ViewChange{vc}, PrePrepares: []bft.PrePrepare{pp}, Replica: 1},
+		&bft.NewView{View: 2, ViewChanges: []bft.ViewChange{vc}, PrePrepares: []bft.PrePrepare{header}, Replica: 1},
 	}
 }
 

@@ -17,8 +17,12 @@
 //
 // Nested messages (a PrePrepare's Batch, a PreparedCert, a ViewChange's
 // Stable proof, a NewView's ViewChanges and PrePrepares, a State's
-// Stable proof) are encoded recursively in that way; a State's Chunks
-// are a list of digests. There is no framing: the transport delimits
+// Stable proof, a Batch's Requests) are encoded recursively in that
+// way; a State's Chunks are a list of digests. One exception: the
+// pre-prepare of a prepared certificate (in a view change) and the
+// pre-prepares of a new view are encoded without their Batch field
+// (view, sequence number, digest and signature only), since they never
+// carry a batch. There is no framing: the transport delimits
 // messages, and Decode takes exactly one.
 //
 // SignedBytes is the content a signature covers: the same encoding with
@@ -132,15 +136,18 @@ const (
 	minRequest      = 4                     // client, timestamp, op length, auth length
 	minReply        = 5                     // view, timestamp, client, replica, result length
 	minPrePrepare   = 1 + 1 + 32 + 1 + 1    // view, seq, digest, batch count, sig length
+	minPPHeader     = 1 + 1 + 32 + 1        // view, seq, digest, sig length (no batch)
 	minPrepare      = 1 + 1 + 32 + 1 + 1    // view, seq, digest, replica, sig length
 	minCheckpoint   = 1 + 32 + 1 + 1        // seq, state, replica, sig length
-	minPreparedCert = minPrePrepare + 1     // pre-prepare, prepares count
+	minPreparedCert = minPPHeader + 1       // pre-prepare header, prepares count
 	minViewChange   = 1 + 1 + 1 + 1 + 1 + 1 // view, stable seq, two counts, replica, sig length
 )
 
 // Append appends the encoding of m to b and returns the extended slice.
 // It panics if m is nil, a nil pointer, or not one of package bft's
-// message types: those are programming errors, not input errors.
+// message types, or if a view change's certificate or a new view's
+// pre-prepare carries a batch (the format has no place for one): those
+// are programming errors, not input errors.
 func Append(b []byte, m bft.Message) []byte {
 	return appendMessage(b, m, true)
 }
@@ -198,7 +205,7 @@ func appendMessage(b []byte, m bft.Message, sig bool) []byte {
 		}
 		b = binary.AppendUvarint(b, uint64(len(m.PrePrepares)))
 		for i := range m.PrePrepares {
-			b = appendPrePrepare(b, &m.PrePrepares[i], true)
+			b = appendPPHeader(b, &m.PrePrepares[i])
 		}
 		b = binary.AppendUvarint(b, uint64(m.Replica))
 		return appendSig(b, m.Sig, sig)
@@ -227,6 +234,20 @@ func appendMessage(b []byte, m bft.Message, sig bool) []byte {
 		b = binary.AppendUvarint(b, m.Seq)
 		b = binary.AppendUvarint(b, m.Index)
 		b = appendBytes(b, m.Data)
+		return binary.AppendUvarint(b, uint64(m.Replica))
+	case *bft.FetchBatch:
+		b = append(b, byte(bft.TypeFetchBatch))
+		b = binary.AppendUvarint(b, m.Seq)
+		b = append(b, m.Digest[:]...)
+		return binary.AppendUvarint(b, uint64(m.Replica))
+	case *bft.Batch:
+		b = append(b, byte(bft.TypeBatch))
+		b = binary.AppendUvarint(b, m.Seq)
+		b = append(b, m.Digest[:]...)
+		b = binary.AppendUvarint(b, uint64(len(m.Requests)))
+		for i := range m.Requests {
+			b = appendRequest(b, &m.Requests[i])
+		}
 		return binary.AppendUvarint(b, uint64(m.Replica))
 	}
 	panic(fmt.Sprintf("wire: cannot encode message of type %T", m))
@@ -271,6 +292,18 @@ func appendPrePrepare(b []byte, m *bft.PrePrepare, sig bool) []byte {
 	return appendSig(b, m.Sig, sig)
 }
 
+// appendPPHeader writes a pre-prepare without its batch, as certificates
+// and new views carry it.
+func appendPPHeader(b []byte, m *bft.PrePrepare) []byte {
+	if len(m.Batch) != 0 {
+		panic(fmt.Sprintf("wire: pre-prepare for seq %d in a certificate or new view carries a batch", m.Seq))
+	}
+	b = binary.AppendUvarint(b, m.View)
+	b = binary.AppendUvarint(b, m.Seq)
+	b = append(b, m.Digest[:]...)
+	return appendBytes(b, m.Sig)
+}
+
 func appendPrepare(b []byte, m *bft.Prepare, sig bool) []byte {
 	b = binary.AppendUvarint(b, m.View)
 	b = binary.AppendUvarint(b, m.Seq)
@@ -301,7 +334,7 @@ func appendViewChange(b []byte, m *bft.ViewChange, sig bool) []byte {
 	b = binary.AppendUvarint(b, uint64(len(m.Prepared)))
 	for i := range m.Prepared {
 		pc := &m.Prepared[i]
-		b = appendPrePrepare(b, &pc.PrePrepare, true)
+		b = appendPPHeader(b, &pc.PrePrepare)
 		b = binary.AppendUvarint(b, uint64(len(pc.Prepares)))
 		for j := range pc.Prepares {
 			b = appendPrepare(b, &pc.Prepares[j], true)
@@ -376,6 +409,12 @@ func decode(b []byte, lim Limits) (bft.Message, error) {
 	case bft.TypeChunk:
 		c := new(bft.Chunk)
 		m, name, err = c, "chunk", d.chunk(c)
+	case bft.TypeFetchBatch:
+		f := new(bft.FetchBatch)
+		m, name, err = f, "fetch-batch", d.fetchBatch(f)
+	case bft.TypeBatch:
+		bt := new(bft.Batch)
+		m, name, err = bt, "batch", d.batch(bt)
 	default:
 		return nil, &malformed{msg: fmt.Sprintf("unknown message type %d", t)}
 	}
@@ -550,13 +589,7 @@ func (d *decoder) reply(r *bft.Reply) (err error) {
 }
 
 func (d *decoder) prePrepare(m *bft.PrePrepare) (err error) {
-	if m.View, err = d.uvarint("view"); err != nil {
-		return err
-	}
-	if m.Seq, err = d.uvarint("seq"); err != nil {
-		return err
-	}
-	if err = d.digest("digest", &m.Digest); err != nil {
+	if err = d.viewSeqDigest(&m.View, &m.Seq, &m.Digest); err != nil {
 		return err
 	}
 	if m.Batch, err = list(d, "batch", d.lim.MaxBatch, minRequest, d.request); err != nil {
@@ -566,14 +599,34 @@ func (d *decoder) prePrepare(m *bft.PrePrepare) (err error) {
 	return err
 }
 
+// viewSeqDigest reads the view, sequence number and digest that open a
+// pre-prepare, a prepare and a commit.
+func (d *decoder) viewSeqDigest(view, seq *uint64, dg *bft.Digest) (err error) {
+	if *view, err = d.uvarint("view"); err != nil {
+		return err
+	}
+	return d.seqDigest(seq, dg)
+}
+
+// seqDigest reads a sequence number and a digest.
+func (d *decoder) seqDigest(seq *uint64, dg *bft.Digest) (err error) {
+	if *seq, err = d.uvarint("seq"); err != nil {
+		return err
+	}
+	return d.digest("digest", dg)
+}
+
+// ppHeader decodes a pre-prepare without its batch field.
+func (d *decoder) ppHeader(m *bft.PrePrepare) (err error) {
+	if err = d.viewSeqDigest(&m.View, &m.Seq, &m.Digest); err != nil {
+		return err
+	}
+	m.Sig, err = d.bytes("sig", d.lim.MaxSig)
+	return err
+}
+
 func (d *decoder) prepare(m *bft.Prepare) (err error) {
-	if m.View, err = d.uvarint("view"); err != nil {
-		return err
-	}
-	if m.Seq, err = d.uvarint("seq"); err != nil {
-		return err
-	}
-	if err = d.digest("digest", &m.Digest); err != nil {
+	if err = d.viewSeqDigest(&m.View, &m.Seq, &m.Digest); err != nil {
 		return err
 	}
 	if m.Replica, err = d.replica("replica"); err != nil {
@@ -584,13 +637,7 @@ func (d *decoder) prepare(m *bft.Prepare) (err error) {
 }
 
 func (d *decoder) commit(m *bft.Commit) (err error) {
-	if m.View, err = d.uvarint("view"); err != nil {
-		return err
-	}
-	if m.Seq, err = d.uvarint("seq"); err != nil {
-		return err
-	}
-	if err = d.digest("digest", &m.Digest); err != nil {
+	if err = d.viewSeqDigest(&m.View, &m.Seq, &m.Digest); err != nil {
 		return err
 	}
 	m.Replica, err = d.replica("replica")
@@ -633,7 +680,7 @@ func list[T any](d *decoder, field string, max, minSize int, one func(*T) error)
 }
 
 func (d *decoder) preparedCert(pc *bft.PreparedCert) error {
-	if err := d.prePrepare(&pc.PrePrepare); err != nil {
+	if err := d.ppHeader(&pc.PrePrepare); err != nil {
 		return wrap(err, "pre-prepare")
 	}
 	var err error
@@ -668,7 +715,7 @@ func (d *decoder) newView(m *bft.NewView) (err error) {
 	if m.ViewChanges, err = list(d, "view-changes", d.lim.MaxReplicas, minViewChange, d.viewChange); err != nil {
 		return err
 	}
-	if m.PrePrepares, err = list(d, "pre-prepares", d.lim.MaxList, minPrePrepare, d.prePrepare); err != nil {
+	if m.PrePrepares, err = list(d, "pre-prepares", d.lim.MaxList, minPPHeader, d.ppHeader); err != nil {
 		return err
 	}
 	if m.Replica, err = d.replica("replica"); err != nil {
@@ -727,6 +774,25 @@ func (d *decoder) chunk(m *bft.Chunk) (err error) {
 	}
 	// A chunk is bounded only by the message limit, checked above.
 	if m.Data, err = d.bytes("data", d.lim.MaxMessage); err != nil {
+		return err
+	}
+	m.Replica, err = d.replica("replica")
+	return err
+}
+
+func (d *decoder) fetchBatch(m *bft.FetchBatch) (err error) {
+	if err = d.seqDigest(&m.Seq, &m.Digest); err != nil {
+		return err
+	}
+	m.Replica, err = d.replica("replica")
+	return err
+}
+
+func (d *decoder) batch(m *bft.Batch) (err error) {
+	if err = d.seqDigest(&m.Seq, &m.Digest); err != nil {
+		return err
+	}
+	if m.Requests, err = list(d, "requests", d.lim.MaxBatch, minRequest, d.request); err != nil {
 		return err
 	}
 	m.Replica, err = d.replica("replica")

@@ -43,6 +43,14 @@ func prePrepare(view, seq uint64, n int) bft.PrePrepare {
 	return bft.PrePrepare{View: view, Seq: seq, Digest: bft.BatchDigest(b), Batch: b, Sig: sig(1)}
 }
 
+// ppHeader is a pre-prepare as certificates and new views carry it: no
+// batch.
+func ppHeader(view, seq uint64, n int) bft.PrePrepare {
+	pp := prePrepare(view, seq, n)
+	pp.Batch = nil
+	return pp
+}
+
 func checkpoints() []bft.Checkpoint {
 	return []bft.Checkpoint{
 		{Seq: 128, State: digest(7), Replica: 0, Sig: sig(2)},
@@ -58,13 +66,13 @@ func viewChange(r bft.ReplicaID) bft.ViewChange {
 		Stable:    checkpoints(),
 		Prepared: []bft.PreparedCert{
 			{
-				PrePrepare: prePrepare(4, 129, 2),
+				PrePrepare: ppHeader(4, 129, 2),
 				Prepares: []bft.Prepare{
 					{View: 4, Seq: 129, Digest: digest(9), Replica: 1, Sig: sig(5)},
 					{View: 4, Seq: 129, Digest: digest(9), Replica: 2, Sig: sig(6)},
 				},
 			},
-			{PrePrepare: bft.PrePrepare{View: 4, Seq: 130}}, // no batch, no prepares
+			{PrePrepare: bft.PrePrepare{View: 4, Seq: 130}}, // no prepares
 		},
 		Replica: r,
 		Sig:     sig(8),
@@ -96,7 +104,7 @@ func samples() []bft.Message {
 		&bft.NewView{
 			View:        5,
 			ViewChanges: []bft.ViewChange{viewChange(1), viewChange(2), {View: 5, Replica: 3}},
-			PrePrepares: []bft.PrePrepare{prePrepare(5, 129, 2), {View: 5, Seq: 130, Digest: bft.BatchDigest(nil), Sig: sig(3)}},
+			PrePrepares: []bft.PrePrepare{ppHeader(5, 129, 2), {View: 5, Seq: 130, Digest: bft.BatchDigest(nil), Sig: sig(3)}},
 			Replica:     1,
 			Sig:         sig(4),
 		},
@@ -115,6 +123,10 @@ func samples() []bft.Message {
 		&bft.FetchChunk{Seq: 256, Index: 2, Replica: 3},
 		&bft.Chunk{},
 		&bft.Chunk{Seq: 256, Index: 1, Data: bytes.Repeat([]byte("state"), 1000), Replica: 1},
+		&bft.FetchBatch{},
+		&bft.FetchBatch{Seq: 129, Digest: digest(9), Replica: 2},
+		&bft.Batch{},
+		&bft.Batch{Seq: 129, Digest: pp.Digest, Requests: pp.Batch, Replica: 3},
 	}
 }
 
@@ -143,7 +155,7 @@ func TestRoundTrip(t *testing.T) {
 			t.Errorf("%T: Append to a prefix is wrong", m)
 		}
 	}
-	for typ := bft.TypeRequest; typ <= bft.TypeState; typ++ {
+	for typ := bft.TypeRequest; typ <= bft.TypeChunk; typ++ {
 		if !seen[typ] {
 			t.Errorf("no sample of message type %d", typ)
 		}
@@ -168,6 +180,7 @@ func TestEmptyIsNil(t *testing.T) {
 		&bft.NewView{ViewChanges: []bft.ViewChange{}, PrePrepares: []bft.PrePrepare{}, Sig: []byte{}},
 		&bft.State{Stable: []bft.Checkpoint{}, Chunks: []bft.Digest{}},
 		&bft.Chunk{Data: []byte{}},
+		&bft.Batch{Requests: []bft.Request{}},
 	}
 	nilled := []bft.Message{
 		&bft.Request{},
@@ -179,6 +192,7 @@ func TestEmptyIsNil(t *testing.T) {
 		&bft.NewView{},
 		&bft.State{},
 		&bft.Chunk{},
+		&bft.Batch{},
 	}
 	for i, m := range empty {
 		b := Append(nil, m)
@@ -270,6 +284,26 @@ func TestEncodePanicsOnForeignType(t *testing.T) {
 	Append(nil, nil)
 }
 
+// A certificate in a view change, or a pre-prepare in a new view, has no
+// place for a batch in the format: encoding one that carries a batch is a
+// programming error, not a silent loss.
+func TestEncodePanicsOnBatchInCertificate(t *testing.T) {
+	withBatch := prePrepare(4, 129, 2)
+	for _, m := range []bft.Message{
+		&bft.ViewChange{Prepared: []bft.PreparedCert{{PrePrepare: withBatch}}},
+		&bft.NewView{PrePrepares: []bft.PrePrepare{withBatch}},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Append(%T with a batch in a pre-prepare) did not panic", m)
+				}
+			}()
+			Append(nil, m)
+		}()
+	}
+}
+
 // uv is a uvarint's encoding, for building inputs by hand.
 func uv(v uint64) []byte { return binary.AppendUvarint(nil, v) }
 
@@ -293,7 +327,7 @@ func TestMalformed(t *testing.T) {
 	}{
 		{"nil", nil, Limits{}, "wire: empty input"},
 		{"type 0", []byte{0}, Limits{}, "unknown message type 0"},
-		{"type 11", []byte{11, 0, 0}, Limits{}, "unknown message type 11"},
+		{"type 99", []byte{99, 0, 0}, Limits{}, "unknown message type 99"},
 		{"type 255", []byte{255}, Limits{}, "unknown message type 255"},
 		{"type only", []byte{byte(bft.TypePrepare)}, Limits{}, "wire: prepare: view: truncated"},
 		{"short digest", cat([]byte{byte(bft.TypePrepare)}, uv(1), uv(2), d[:31]), Limits{}, "wire: prepare: digest: truncated"},
@@ -321,6 +355,9 @@ func TestMalformed(t *testing.T) {
 		{"chunks count vs input", cat([]byte{byte(bft.TypeState)}, uv(1), uv(0), uv(1), uv(0), uv(2), make([]byte, 40)), Limits{}, "state: chunks: count 2: truncated"},
 		{"chunk data vs input", cat([]byte{byte(bft.TypeChunk)}, uv(1), uv(0), uv(1<<20), make([]byte, 40)), Limits{}, "chunk: data: length 1048576: truncated"},
 		{"chunk data over limit", cat([]byte{byte(bft.TypeChunk)}, uv(1), uv(0), uv(1<<30)), Limits{}, "chunk: data: length 1073741824 exceeds the limit of 16777216"},
+		{"batch requests over limit", cat([]byte{byte(bft.TypeBatch)}, uv(1), d[:], uv(3), make([]byte, 12), uv(0)), small, "batch: requests: count 3 exceeds the limit of 2"},
+		{"batch requests vs input", cat([]byte{byte(bft.TypeBatch)}, uv(1), d[:], uv(1e6), make([]byte, 5)), Limits{MaxBatch: 1 << 30}, "batch: requests: count 1000000: truncated"},
+		{"fetch-batch short digest", cat([]byte{byte(bft.TypeFetchBatch)}, uv(1), d[:20]), Limits{}, "fetch-batch: digest: truncated"},
 		{"view changes count vs input", cat([]byte{byte(bft.TypeNewView)}, uv(1), uv(100), make([]byte, 50)), Limits{}, "new-view: view-changes: count 100: truncated"},
 		{"nested error path", func() []byte {
 			vc := viewChange(1)

@@ -444,14 +444,13 @@ func LieInViewChange() Behavior {
 			c.PrePrepares = append([]bft.PrePrepare(nil), m.PrePrepares...)
 			switch {
 			case len(c.PrePrepares) > 0 && a.Rand.IntN(2) == 0:
-				// Replace a re-proposed batch by a null one.
+				// Replace a re-proposed batch by a null one (or a null
+				// one by an unauthorized request).
 				i := a.Rand.IntN(len(c.PrePrepares))
 				pp := c.PrePrepares[i]
-				pp.Batch = nil
 				pp.Digest = bft.BatchDigest(nil)
 				if pp.Digest == c.PrePrepares[i].Digest {
-					pp.Batch = []bft.Request{{Client: 1, Timestamp: 1 << 40, Op: []byte("evil"), Auth: make([]byte, a.Net.N*a.Net.MACSize())}}
-					pp.Digest = bft.BatchDigest(pp.Batch)
+					pp.Digest = bft.BatchDigest([]bft.Request{{Client: 1, Timestamp: 1 << 40, Op: []byte("evil"), Auth: make([]byte, a.Net.N*a.Net.MACSize())}})
 				}
 				pp.Sig = a.sign(&pp)
 				c.PrePrepares[i] = pp
@@ -465,8 +464,8 @@ func LieInViewChange() Behavior {
 						seq = max(seq, vc.StableSeq+1)
 					}
 				}
-				pp := bft.PrePrepare{View: c.View, Seq: seq, Batch: []bft.Request{{Client: 1, Timestamp: 1 << 40, Op: []byte("evil"), Auth: make([]byte, a.Net.N*a.Net.MACSize())}}}
-				pp.Digest = bft.BatchDigest(pp.Batch)
+				pp := bft.PrePrepare{View: c.View, Seq: seq}
+				pp.Digest = bft.BatchDigest([]bft.Request{{Client: 1, Timestamp: 1 << 40, Op: []byte("evil"), Auth: make([]byte, a.Net.N*a.Net.MACSize())}})
 				pp.Sig = a.sign(&pp)
 				c.PrePrepares = append(c.PrePrepares, pp)
 			}
@@ -502,8 +501,7 @@ func (a *Adversary) lieVC(vc *bft.ViewChange) *bft.ViewChange {
 		if a.Rand.IntN(2) == 0 && len(vc.Prepared) > 0 {
 			seq = vc.Prepared[0].PrePrepare.Seq // or displace a prepared batch
 		}
-		pp := bft.PrePrepare{View: v, Seq: seq, Batch: evil}
-		pp.Digest = bft.BatchDigest(pp.Batch)
+		pp := bft.PrePrepare{View: v, Seq: seq, Digest: bft.BatchDigest(evil)}
 		pp.Sig = a.sign(&pp)
 		cert := bft.PreparedCert{PrePrepare: pp}
 		for i := 0; i < n.N && len(cert.Prepares) < 2*((n.N-1)/3); i++ {
@@ -775,7 +773,7 @@ func (a *Adversary) subsetNewView(nv *bft.NewView, q int) *bft.NewView {
 	sortVCs(vcs)
 	c := &bft.NewView{View: nv.View, ViewChanges: vcs, Replica: nv.Replica}
 	// As bft's computeNewView: from min-s, the highest stable checkpoint,
-	// to max-s, each slot gets the highest-view prepared batch or null.
+	// to max-s, each slot gets the highest-view prepared digest or null.
 	var minS uint64
 	for i := range vcs {
 		minS = max(minS, vcs[i].StableSeq)
@@ -798,7 +796,7 @@ func (a *Adversary) subsetNewView(nv *bft.NewView, q int) *bft.NewView {
 	for s := minS + 1; s <= maxS; s++ {
 		pp := bft.PrePrepare{View: nv.View, Seq: s, Digest: bft.BatchDigest(nil)}
 		if b := best[s]; b != nil {
-			pp.Digest, pp.Batch = b.PrePrepare.Digest, b.PrePrepare.Batch
+			pp.Digest = b.PrePrepare.Digest
 		}
 		pp.Sig = a.sign(&pp)
 		c.PrePrepares = append(c.PrePrepares, pp)

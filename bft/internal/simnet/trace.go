@@ -134,6 +134,10 @@ func Describe(m bft.Message) string {
 		return fmt.Sprintf("FetchChunk{s%d #%d r%d}", m.Seq, m.Index, m.Replica)
 	case *bft.Chunk:
 		return fmt.Sprintf("Chunk{s%d #%d r%d %d bytes}", m.Seq, m.Index, m.Replica, len(m.Data))
+	case *bft.FetchBatch:
+		return fmt.Sprintf("FetchBatch{s%d d%x r%d}", m.Seq, m.Digest[:3], m.Replica)
+	case *bft.Batch:
+		return fmt.Sprintf("Batch{s%d d%x %dreq r%d}", m.Seq, m.Digest[:3], len(m.Requests), m.Replica)
 	}
 	return fmt.Sprintf("%T", m)
 }

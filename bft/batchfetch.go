@@ -1,0 +1,213 @@
+package bft
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// View changes and new views carry digests, not batches, so that their
+// size does not depend on the batches' (see docs/bft.md). A replica that
+// enters a new view whose pre-prepare names a batch it does not hold
+// fetches it by (seq, digest) from the replicas that vouched for it, and
+// meanwhile prepares and commits the slot on the digest; it executes the
+// slot only once the batch is present. Bounds:
+//
+//   - at most one outstanding fetch per slot, and only for slots in the
+//     window, so at most 2L fetches are held;
+//   - a fetch that gets no valid answer within FetchTicks goes to the
+//     next replica that vouched for the batch;
+//   - an answer is used only if it matches an outstanding fetch and its
+//     digest, and passes the batch bounds every replica shares;
+//   - a replica answers each peer with at most MaxBatchBytes of
+//     operations per tick, plus the one batch that crosses that line.
+
+// batchFetch is an outstanding fetch of one slot's batch.
+type batchFetch struct {
+	digest  Digest
+	sources []ReplicaID // who vouched for the batch, in the order asked
+	next    int         // index in sources of the replica asked last
+	ticks   int         // ticks since it was asked
+}
+
+// serveBudget is what this replica sent one peer in answers this tick.
+type serveBudget struct {
+	tick  uint64
+	bytes int
+}
+
+// batchMissing reports whether a slot bound to digest d lacks its batch
+// b: the null batch is empty, any other is not.
+func batchMissing(d Digest, b []Request) bool {
+	return len(b) == 0 && d != BatchDigest(nil)
+}
+
+// heldBatch returns the batch with digest d this replica holds for seq:
+// from the slot's pre-prepare (of any view), its prepared certificate, or
+// what it committed; the null batch is always held.
+func (r *Replica) heldBatch(seq uint64, d Digest) ([]Request, bool) {
+	if !batchMissing(d, nil) {
+		return nil, true
+	}
+	e := r.log[seq]
+	if e == nil {
+		return nil, false
+	}
+	switch {
+	case e.pp != nil && e.pp.Digest == d && len(e.pp.Batch) > 0:
+		return e.pp.Batch, true
+	case e.cert != nil && e.cert.PrePrepare.Digest == d && len(e.cert.PrePrepare.Batch) > 0:
+		return e.cert.PrePrepare.Batch, true
+	case e.committed && e.cDigest == d && len(e.batch) > 0:
+		return e.batch, true
+	}
+	return nil, false
+}
+
+// needsBatch reports whether seq's slot is bound to digest d, by a
+// pre-prepare of the current view or by a commit, without its batch.
+func (r *Replica) needsBatch(seq uint64, d Digest) bool {
+	e := r.log[seq]
+	if e == nil || seq <= r.lastExec {
+		return false
+	}
+	return (e.pp != nil && e.view == r.view && e.pp.Digest == d && batchMissing(d, e.pp.Batch)) ||
+		(e.committed && e.cDigest == d && batchMissing(d, e.batch))
+}
+
+// vouchers lists the replicas that vouched, in nv, for digest d at seq:
+// the senders of view changes holding a certificate for it first, then
+// the certificates' signers; each once, this replica left out. Each of
+// them prepared the batch, so a correct one holds it.
+func (r *Replica) vouchers(nv *NewView, seq uint64, d Digest) []ReplicaID {
+	seen := map[ReplicaID]bool{r.id: true}
+	var senders, signers []ReplicaID
+	add := func(list *[]ReplicaID, id ReplicaID) {
+		if !seen[id] {
+			seen[id] = true
+			*list = append(*list, id)
+		}
+	}
+	for i := range nv.ViewChanges {
+		vc := &nv.ViewChanges[i]
+		for j := range vc.Prepared {
+			c := &vc.Prepared[j]
+			if c.PrePrepare.Seq != seq || c.PrePrepare.Digest != d {
+				continue
+			}
+			add(&senders, vc.Replica)
+			add(&signers, r.primary(c.PrePrepare.View))
+			for k := range c.Prepares {
+				add(&signers, c.Prepares[k].Replica)
+			}
+		}
+	}
+	return append(senders, signers...)
+}
+
+// fetchBatch starts fetching seq's batch d from sources, unless a fetch
+// of it is outstanding.
+func (r *Replica) fetchBatch(seq uint64, d Digest, sources []ReplicaID) {
+	if f := r.fetching[seq]; (f != nil && f.digest == d) || len(sources) == 0 {
+		return
+	}
+	if r.fetching == nil {
+		r.fetching = make(map[uint64]*batchFetch)
+	}
+	// Slots start at different sources, spreading the load.
+	f := &batchFetch{digest: d, sources: sources, next: int(seq % uint64(len(sources)))}
+	r.fetching[seq] = f
+	r.askBatch(seq, f)
+}
+
+func (r *Replica) askBatch(seq uint64, f *batchFetch) {
+	f.ticks = 0
+	r.stats.BatchFetches++
+	r.send(f.sources[f.next], &FetchBatch{Seq: seq, Digest: f.digest, Replica: r.id})
+}
+
+// tickBatchFetch drops the fetches no longer needed and moves each one
+// that timed out to the next source.
+func (r *Replica) tickBatchFetch() {
+	if len(r.fetching) == 0 {
+		return
+	}
+	for _, s := range slices.Sorted(maps.Keys(r.fetching)) {
+		f := r.fetching[s]
+		if !r.needsBatch(s, f.digest) {
+			delete(r.fetching, s)
+			continue
+		}
+		f.ticks++
+		if f.ticks >= r.cfg.FetchTicks {
+			f.next = (f.next + 1) % len(f.sources)
+			r.askBatch(s, f)
+		}
+	}
+}
+
+// onFetchBatch answers a peer's fetch with the batch, if this replica
+// holds it and the peer's budget for this tick allows.
+func (r *Replica) onFetchBatch(m *FetchBatch) error {
+	b, ok := r.heldBatch(m.Seq, m.Digest)
+	if !ok || len(b) == 0 {
+		return fmt.Errorf("%w: no batch %x at seq %d to answer replica %d", ErrStale, m.Digest[:4], m.Seq, m.Replica)
+	}
+	if r.batchServe == nil {
+		r.batchServe = make(map[ReplicaID]serveBudget)
+	}
+	s := r.batchServe[m.Replica]
+	if s.tick != r.now {
+		s = serveBudget{tick: r.now}
+	}
+	if s.bytes >= r.cfg.MaxBatchBytes {
+		return fmt.Errorf("%w: batch answers to replica %d this tick", ErrFull, m.Replica)
+	}
+	for i := range b {
+		s.bytes += len(b[i].Op)
+	}
+	s.bytes = max(s.bytes, 1) // an answer of empty ops still counts
+	r.batchServe[m.Replica] = s
+	r.send(m.Replica, &Batch{Seq: m.Seq, Digest: m.Digest, Requests: b, Replica: r.id})
+	return nil
+}
+
+// onBatch installs a fetched batch: in the slot's pre-prepare and, if the
+// slot committed, for execution.
+func (r *Replica) onBatch(m *Batch) error {
+	f := r.fetching[m.Seq]
+	if f == nil || f.digest != m.Digest {
+		return fmt.Errorf("%w: batch for seq %d not asked for", ErrStale, m.Seq)
+	}
+	if err := r.checkBatch(m.Requests); err != nil {
+		return err
+	}
+	if BatchDigest(m.Requests) != m.Digest || len(m.Requests) == 0 {
+		return fmt.Errorf("%w: batch for seq %d does not match digest %x", ErrForged, m.Seq, m.Digest[:4])
+	}
+	delete(r.fetching, m.Seq)
+	e := r.log[m.Seq]
+	if e == nil {
+		return nil
+	}
+	if e.pp != nil && e.pp.Digest == m.Digest && len(e.pp.Batch) == 0 {
+		full := *e.pp // the new view's pre-prepare is shared: never modified
+		full.Batch = m.Requests
+		e.pp = &full
+		if e.view == r.view && m.Seq > r.lastExec {
+			for i := range full.Batch {
+				r.proposed[reqKey{full.Batch[i].Client, full.Batch[i].Timestamp}] = m.Seq
+			}
+		}
+	}
+	if e.cert != nil && e.cert.PrePrepare.Digest == m.Digest && len(e.cert.PrePrepare.Batch) == 0 {
+		c := *e.cert
+		c.PrePrepare.Batch = m.Requests
+		e.cert = &c
+	}
+	if e.committed && e.cDigest == m.Digest && len(e.batch) == 0 {
+		e.batch = m.Requests
+		r.tryExecute()
+	}
+	return nil
+}
