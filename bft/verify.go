@@ -1,6 +1,9 @@
 package bft
 
-import "fmt"
+import (
+	"bytes"
+	"fmt"
+)
 
 // verifyCheckpointCert checks a stable checkpoint certificate: a quorum
 // of distinct replicas' valid signed checkpoints for seq, all with the
@@ -95,4 +98,41 @@ func (r *Replica) verifyViewChange(vc *ViewChange) error {
 		}
 	}
 	return nil
+}
+
+// verifiedBefore reports whether vc is, field for field, the view change
+// of its replica this replica holds, which it verified when it arrived
+// (or made itself): a new view then need not verify it again. At most one
+// is held per replica, so remembering costs nothing more.
+func (r *Replica) verifiedBefore(vc *ViewChange) bool {
+	held := r.vcs[vc.Replica]
+	if held == nil || held.View != vc.View || held.StableSeq != vc.StableSeq || held.Replica != vc.Replica ||
+		!bytes.Equal(held.Sig, vc.Sig) || len(held.Stable) != len(vc.Stable) || len(held.Prepared) != len(vc.Prepared) {
+		return false
+	}
+	for i := range vc.Stable {
+		a, b := &held.Stable[i], &vc.Stable[i]
+		if a.Seq != b.Seq || a.State != b.State || a.Replica != b.Replica || !bytes.Equal(a.Sig, b.Sig) {
+			return false
+		}
+	}
+	for i := range vc.Prepared {
+		a, b := &held.Prepared[i], &vc.Prepared[i]
+		if !samePrePrepare(&a.PrePrepare, &b.PrePrepare) || len(a.Prepares) != len(b.Prepares) {
+			return false
+		}
+		for j := range b.Prepares {
+			p, q := &a.Prepares[j], &b.Prepares[j]
+			if p.View != q.View || p.Seq != q.Seq || p.Digest != q.Digest || p.Replica != q.Replica || !bytes.Equal(p.Sig, q.Sig) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// samePrePrepare compares two pre-prepares without batches.
+func samePrePrepare(a, b *PrePrepare) bool {
+	return a.View == b.View && a.Seq == b.Seq && a.Digest == b.Digest && bytes.Equal(a.Sig, b.Sig) &&
+		len(a.Batch) == 0 && len(b.Batch) == 0
 }

@@ -225,6 +225,9 @@ func (r *Replica) onNewView(nv *NewView) error {
 			return fmt.Errorf("%w: new view %d holds a view change to %d or a repeated one", ErrForged, nv.View, vc.View)
 		}
 		seen[vc.Replica] = true
+		if r.verifiedBefore(vc) {
+			continue
+		}
 		if err := r.verifyViewChange(vc); err != nil {
 			return fmt.Errorf("new view %d: %w", nv.View, err)
 		}

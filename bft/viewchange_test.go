@@ -1,6 +1,7 @@
 package bft_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/rubin-go/rubin/bft"
@@ -133,4 +134,56 @@ func TestLyingViewChangeIgnored(t *testing.T) {
 			}
 		}
 	}
+}
+
+// countingAuth counts the verifications of view-change signatures, by
+// signer, view and signature.
+type countingAuth struct {
+	bft.Authenticator
+	vcs map[string]int
+}
+
+func (a *countingAuth) Verify(id bft.ReplicaID, m bft.Message, sig []byte) bool {
+	if vc, ok := m.(*bft.ViewChange); ok {
+		a.vcs[fmt.Sprintf("replica %d view %d sig %x", id, vc.View, sig)]++
+	}
+	return a.Authenticator.Verify(id, m, sig)
+}
+
+// A view change is verified once: on arrival, not again inside the new
+// view (nor is a replica's own).
+func TestViewChangeVerifiedOnce(t *testing.T) {
+	n := newNet(t, simnet.Options{Clients: 2, Seed: 9, Config: smallCfg, Codec: true})
+	auths := make([]*countingAuth, n.N)
+	for i := range n.Replicas {
+		auths[i] = &countingAuth{Authenticator: n.Configs[i].Auth, vcs: map[string]int{}}
+		n.Configs[i].Auth = auths[i]
+		if err := n.Restart(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !n.Load(10, 2000, op) {
+		t.Fatal("not finished")
+	}
+	n.Crashed[0] = true
+	if !n.Load(20, 5000, op) {
+		t.Fatalf("not finished after the primary crashed: %v", n.LastErrors)
+	}
+	checkSameOrder(t, n)
+	total := 0
+	for i := 1; i < n.N; i++ {
+		if s := n.Replicas[i].Status(); s.NewViews == 0 {
+			t.Fatalf("replica %d entered no new view: %+v", i, s)
+		}
+		for k, c := range auths[i].vcs {
+			total += c
+			if c > 1 {
+				t.Errorf("replica %d verified the view change of %s %d times", i, k, c)
+			}
+		}
+	}
+	if total == 0 {
+		t.Fatal("no view change was verified")
+	}
+	t.Logf("%d view-change verifications", total)
 }
