@@ -127,10 +127,40 @@ func (r *Replica) askBatch(seq uint64, f *batchFetch) {
 }
 
 // tickBatchFetch drops the fetches no longer needed and moves each one
-// that timed out to the next source.
+// that timed out to the next source. Every FetchTicks it also starts a
+// fetch for each slot that needs a batch and has none outstanding (a
+// replica that recovered such a slot from its storage, where the fetch
+// was not recorded): from the replicas that vouched for it in the
+// current view's new view, or else from every other replica.
 func (r *Replica) tickBatchFetch() {
-	if len(r.fetching) == 0 {
-		return
+	if r.now%uint64(r.cfg.FetchTicks) == 0 {
+		for _, s := range slices.Sorted(maps.Keys(r.log)) {
+			e := r.log[s]
+			if r.fetching[s] != nil || s <= r.lastExec {
+				continue
+			}
+			var d Digest
+			switch {
+			case e.committed && batchMissing(e.cDigest, e.batch):
+				d = e.cDigest
+			case e.pp != nil && e.view == r.view && batchMissing(e.pp.Digest, e.pp.Batch):
+				d = e.pp.Digest
+			default:
+				continue
+			}
+			var sources []ReplicaID
+			if nv := r.lastNewView; nv != nil && nv.View == r.view {
+				sources = r.vouchers(nv, s, d)
+			}
+			if len(sources) == 0 {
+				for i := range r.n {
+					if ReplicaID(i) != r.id {
+						sources = append(sources, ReplicaID(i))
+					}
+				}
+			}
+			r.fetchBatch(s, d, sources)
+		}
 	}
 	for _, s := range slices.Sorted(maps.Keys(r.fetching)) {
 		f := r.fetching[s]
