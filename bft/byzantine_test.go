@@ -79,17 +79,18 @@ func TestByzantine(t *testing.T) {
 			check: forged},
 		// Replica 1, the primary of view 1, lies in its view changes
 		// (forged prepared certificates, prepares copied from another
-		// seq, an uncertified stable checkpoint, far-future views) and,
-		// as new primary, in its new views. Replica 0 is partitioned for
+		// seq, an uncertified stable checkpoint, far-future views), as
+		// new primary in its new views, and in the batches it answers
+		// fetches with. Replica 0 is partitioned for
 		// a while to force view changes.
 		{name: "ViewChangeLiar", seeds: seedRange(1600, 8), net: with(allNet, func(c *chaos) { c.partitionVictim = 0 }),
-			setup: func(n *simnet.Net, _ *rand.Rand) { n.MakeByzantine(1, simnet.LieInViewChange()) },
+			setup: func(n *simnet.Net, _ *rand.Rand) { n.MakeByzantine(1, simnet.LieInViewChange(), simnet.ForgeBatches()) },
 			check: noEvil},
 		// A correct replica lags (see chaos.lag): it knows certified
 		// checkpoints above its state and votes above them. The
 		// Byzantine replica omits every certificate from its view
-		// changes, prepares and commits whatever it hears, and is silent
-		// while primary, so view changes happen while the laggard's
+		// changes, prepares and commits whatever it hears, answers batch
+		// fetches with lies and is silent while primary, so view changes happen while the laggard's
 		// votes matter: its view changes must report what prepared
 		// there (see TestViewChangeReportsCertificatesAboveKnownCheckpoint).
 		// Seeds 2309, 2312, 2318 and 747853061667 (a fresh one) broke
@@ -97,7 +98,7 @@ func TestByzantine(t *testing.T) {
 		// the checkpoint whose state the replica held.
 		{name: "LaggardAndLiar", seeds: append(seedRange(2305, 8), 2318, 747853061667), net: with(allNet, func(c *chaos) { c.lag = true }),
 			setup: func(n *simnet.Net, rng *rand.Rand) {
-				a := n.MakeByzantine(bft.ReplicaID(rng.IntN(n.N)), simnet.OmitCertificates(), simnet.Silent(false))
+				a := n.MakeByzantine(bft.ReplicaID(rng.IntN(n.N)), simnet.OmitCertificates(), simnet.Silent(false), simnet.ForgeBatches())
 				a.Injectors = append(a.Injectors, simnet.Accomplice())
 			},
 			check: noEvil},

@@ -61,3 +61,49 @@ func TestViewChangeWithLargeBatches(t *testing.T) {
 		t.Fatalf("view change of %d bytes, new view of %d: they should carry digests only", maxVC, maxNV)
 	}
 }
+
+// A replica that lacks the batches of a new view fetches them from the
+// replicas that vouched for them, and one of those lies: it answers with
+// requests that do not match the digest. The answers are rejected and the
+// fetch moves on to another replica, so the replica still executes every
+// batch, and no forged request executes.
+func TestBatchFetchFromLiar(t *testing.T) {
+	const clients = 6
+	n := newNet(t, simnet.Options{Clients: clients, Seed: 92, Codec: true, Config: func(c *bft.Config) {
+		smallCfg(c)
+		c.MaxBatch, c.MaxPending = 1, 2*clients // a slot per request, so every voucher is asked first for some
+	}})
+	n.MakeByzantine(0, simnet.ForgeBatches())
+	r3 := bft.ToReplica(3)
+	// In view 0 nothing commits and replica 3 gets no pre-prepare.
+	n.Drop = func(from, to bft.Target, m bft.Message) bool {
+		switch m := m.(type) {
+		case *bft.Commit:
+			return m.View == 0
+		case *bft.PrePrepare:
+			return m.View == 0 && to == r3
+		}
+		return false
+	}
+	if !n.Load(1, 3000, op) {
+		t.Fatalf("the requests did not complete: %v\n%s", n.LastErrors, n.Report())
+	}
+	n.Run(1000, func() bool { return n.Replicas[3].Status().LastExecuted >= clients })
+	if err := n.CheckAgreement(); err != nil {
+		t.Fatal(err)
+	}
+	s := n.Replicas[3].Status()
+	if s.View == 0 || s.LastExecuted < clients || s.BatchFetches == 0 {
+		t.Fatalf("replica 3 did not fetch around the liar and execute: %+v\n%s", s, n.Report())
+	}
+	if n.Errors[bft.ErrForged] == 0 {
+		t.Fatal("no forged batch was rejected")
+	}
+	for _, c := range n.Executed[3] {
+		for _, r := range c.Batch {
+			if string(r.Op) == "evil" {
+				t.Fatal("a forged request executed")
+			}
+		}
+	}
+}

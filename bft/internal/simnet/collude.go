@@ -59,3 +59,19 @@ func (a *Adversary) voteFor(pp *bft.PrePrepare) {
 		a.Send(bft.ReplicaID(i), c)
 	}
 }
+
+// ForgeBatches answers every batch fetch with requests that do not match
+// the digest it claims: the fetching replica must reject the answer and
+// ask another replica that vouched for the batch.
+func ForgeBatches() Behavior {
+	return func(a *Adversary, e bft.Envelope) []bft.Envelope {
+		b, ok := e.Msg.(*bft.Batch)
+		if !ok {
+			return []bft.Envelope{e}
+		}
+		lie := *b
+		lie.Requests = append([]bft.Request(nil), b.Requests...)
+		lie.Requests[0].Op = []byte("evil") // as many requests, another digest
+		return []bft.Envelope{{To: e.To, Msg: &lie}}
+	}
+}
