@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -127,11 +128,24 @@ type encoder struct {
 // encode returns m's frame.
 func (e *encoder) encode(m bft.Message) []byte {
 	if cap(e.buf)-len(e.buf) < e.minSize/64 {
-		e.buf = make([]byte, 0, max(e.minSize, cap(e.buf)))
+		e.buf = make([]byte, 0, e.minSize)
 	}
-	start := len(e.buf)
+	start, c := len(e.buf), cap(e.buf)
 	e.buf = wire.Append(e.buf, m)
-	return e.buf[start:len(e.buf):len(e.buf)]
+	frame := e.buf[start:len(e.buf):len(e.buf)]
+	if cap(e.buf) == c {
+		return frame
+	}
+	// m outgrew the buffer and append moved it, copying the frames
+	// before m along. The frame gets an array of its own and the next
+	// buffer starts afresh at minSize: buffers do not grow from message
+	// to message, and a frame a slow peer's queue holds pins no more
+	// than a buffer of its own size or minSize.
+	if start > 0 {
+		frame = slices.Clone(frame)
+	}
+	e.buf = nil
+	return frame
 }
 
 // backoff is a capped exponential backoff with jitter.
