@@ -129,9 +129,10 @@ type callResult struct {
 // reply is what a link's reader hands to the core's goroutine: one reply
 // rep, or a burst reps.
 type reply struct {
-	from bft.ReplicaID
-	rep  *bft.Reply
-	reps []*bft.Reply
+	from  bft.ReplicaID
+	rep   *bft.Reply
+	reps  []*bft.Reply
+	bytes int // taken from the inbound budget
 }
 
 // NewClient starts a client: it connects to every replica in the
@@ -221,6 +222,8 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		limits:  wire.Limits{MaxReplicas: n},
 		opts:    cfg.Link,
 		queue:   max(64, 4*len(slots)), // each identity has one request at a time
+		qBytes:  DefaultOutboundQueueBytes,
+		inbound: newByteBudget(DefaultInboundQueueBytes),
 		redial:  backoff{min: cfg.RedialMin, max: cfg.RedialMax},
 		dropped: m.dropped,
 		conns:   make(map[link.Peer]*conn),
@@ -245,12 +248,13 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	return c, nil
 }
 
-func (c *Client) deliver(cn *conn, m bft.Message, ms []bft.Message) bool {
+func (c *Client) deliver(cn *conn, m bft.Message, ms []bft.Message, bytes int) bool {
 	if cn.peer.Client {
 		c.m.dropped.inc(reasonUnexpected)
+		c.ep.inbound.give(bytes)
 		return true
 	}
-	in := reply{from: bft.ReplicaID(cn.peer.ID)}
+	in := reply{from: bft.ReplicaID(cn.peer.ID), bytes: bytes}
 	if ms == nil {
 		rep, ok := m.(*bft.Reply)
 		if !ok {
@@ -445,6 +449,7 @@ func (c *Client) drop(cl *call) {
 }
 
 func (c *Client) step(rp reply) {
+	defer c.ep.inbound.give(rp.bytes)
 	if rp.rep != nil {
 		c.stepOne(rp.from, rp.rep)
 	}

@@ -27,6 +27,8 @@ type conn struct {
 	mu     sync.Mutex
 	q      [][]byte // frames waiting for the writer
 	max    int      // bound on len(q)
+	maxB   int      // bound on nbytes
+	nbytes int      // frame bytes queued or being written
 	closed bool
 	dead   atomic.Bool   // closed, readable without mu
 	signal chan struct{} // capacity 1: the queue has something
@@ -34,14 +36,16 @@ type conn struct {
 	once   sync.Once
 }
 
-func newConn(l *link.Link, max int) *conn {
-	return &conn{l: l, peer: l.Remote(), max: max, signal: make(chan struct{}, 1), done: make(chan struct{})}
+func newConn(l *link.Link, max, maxBytes int) *conn {
+	return &conn{l: l, peer: l.Remote(), max: max, maxB: maxBytes, signal: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 // enqueueAll queues frames (shared and immutable: a frame may be queued to
 // several conns) under one lock and one wake-up of the writer, and returns
-// how many it queued: a prefix of frames; the rest did not fit the queue,
-// or the conn is closed, and are dropped. Dropping rather than blocking
+// how many it queued: a prefix of frames; the rest did not fit the queue
+// (max frames, and maxB bytes counting the frames the writer is still
+// writing; a frame larger than maxB fits only an empty queue), or the
+// conn is closed, and are dropped. Dropping rather than blocking
 // keeps one slow or Byzantine peer from stalling the core and, through
 // it, everyone else; PBFT retransmits what matters and a lagging replica
 // catches up by state transfer.
@@ -51,15 +55,28 @@ func (c *conn) enqueueAll(frames [][]byte) int {
 		c.mu.Unlock()
 		return 0
 	}
-	k := min(len(frames), c.max-len(c.q))
-	if k > 0 {
-		c.q = append(c.q, frames[:k]...)
+	k := 0
+	for k < len(frames) && len(c.q) < c.max {
+		n := len(frames[k])
+		if c.nbytes > 0 && c.nbytes+n > c.maxB {
+			break
+		}
+		c.nbytes += n
+		c.q = append(c.q, frames[k])
+		k++
 	}
 	c.mu.Unlock()
 	if k > 0 {
 		c.wake()
 	}
-	return max(k, 0)
+	return k
+}
+
+// queued returns the frame bytes queued or being written.
+func (c *conn) queued() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nbytes
 }
 
 func (c *conn) wake() {
@@ -97,6 +114,10 @@ func (c *conn) writer(log *slog.Logger, tooLarge func()) {
 		c.mu.Lock()
 		batch, c.q = c.q, batch[:0]
 		c.mu.Unlock()
+		size := 0
+		for _, f := range batch {
+			size += len(f)
+		}
 		for i, f := range batch {
 			if err := c.l.Queue(f); err != nil {
 				if errors.Is(err, link.ErrFrameTooLarge) {
@@ -113,6 +134,9 @@ func (c *conn) writer(log *slog.Logger, tooLarge func()) {
 			log.Debug("link flush failed", "peer", c.peer, "err", err)
 			return
 		}
+		c.mu.Lock()
+		c.nbytes -= size
+		c.mu.Unlock()
 	}
 }
 

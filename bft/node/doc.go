@@ -47,12 +47,14 @@
 //
 // # Queueing and back-pressure
 //
-//   - Inbound: one channel per replica, bounded by InboundQueue. When it is
-//     full, the link readers block, which pushes back on the senders
-//     through the transport's flow control.
+//   - Inbound: one channel per replica, bounded by InboundQueue deliveries
+//     and InboundQueueBytes frame bytes over all links (a client: 64 MiB).
+//     When either is full, the link readers block, which pushes back on
+//     the senders through the transport's flow control.
 //   - Outbound: each message is encoded once per Ready (a broadcast's
 //     envelopes share its bytes) and queued per link, bounded by
-//     OutboundQueue. A full queue drops the new frame, and a destination
+//     OutboundQueue frames and OutboundQueueBytes bytes (counting what the
+//     writer is still writing). A full queue drops the new frame, and a destination
 //     without a link drops it too: a slow or Byzantine peer cannot stall
 //     the core and through it the others. PBFT's retransmission, view
 //     synchronization and state transfer recover what was dropped.

@@ -23,18 +23,23 @@ type endpoint struct {
 	log      *slog.Logger
 	limits   wire.Limits
 	opts     link.Options
-	queue    int // outbound queue bound per link
+	queue    int // outbound queue bound per link, in frames
+	qBytes   int // and in bytes
 	redial   backoff
 	dropped  *dropCounters
 	received *[len(typeNames)]prometheus.Counter // nil: not counted
 	links    prometheus.Gauge                    // nil: not counted
 	// deliver hands decoded messages that arrived on c to the core's
 	// goroutine: m alone if ms is nil, else the burst ms (in order, at
-	// most maxBurst). It blocks (back-pressure on the link) and returns
-	// false when c.done is closed.
-	deliver func(c *conn, m bft.Message, ms []bft.Message) bool
+	// most maxBurst), with the bytes taken from inbound for them (the
+	// core gives them back once it stepped them). It blocks (back-pressure
+	// on the link) and returns false when c.done is closed.
+	deliver func(c *conn, m bft.Message, ms []bft.Message, bytes int) bool
 	// down, if set, is called after a link was unregistered.
 	down func(c *conn)
+	// inbound, if set, bounds the frame bytes delivered and not yet
+	// stepped by the core, over all links.
+	inbound *byteBudget
 
 	wg     sync.WaitGroup
 	mu     sync.Mutex
@@ -98,7 +103,7 @@ func (e *endpoint) close() {
 // a writer goroutine drains its queue, and this goroutine reads. The
 // caller must be counted in e.wg.
 func (e *endpoint) serve(l *link.Link) {
-	c := newConn(l, e.queue)
+	c := newConn(l, e.queue, e.qBytes)
 	if !e.register(c) {
 		l.Close()
 		return
@@ -119,8 +124,13 @@ func (e *endpoint) serve(l *link.Link) {
 	}
 }
 
-// maxBurst bounds the messages read hands on together.
-const maxBurst = 64
+// maxBurst and maxBurstBytes bound the messages read hands on together:
+// a reader holds at most maxBurstBytes beyond its last frame while it
+// waits for the inbound budget.
+const (
+	maxBurst      = 64
+	maxBurstBytes = 1 << 20
+)
 
 // read receives, decodes and delivers frames until an error. Each frame
 // has a buffer of its own (Recv allocates it) that the decoded message
@@ -131,14 +141,24 @@ const maxBurst = 64
 // rather than racing the reader message by message.
 func (e *endpoint) read(c *conn) error {
 	var burst []bft.Message
+	size := 0 // the burst's frame bytes
 	flush := func() bool {
-		var ok bool
+		took, ok := size, true
+		if e.inbound != nil {
+			if took, ok = e.inbound.take(size, c.done); !ok {
+				return false
+			}
+		}
+		size = 0
 		if len(burst) == 1 {
-			ok = e.deliver(c, burst[0], nil)
+			ok = e.deliver(c, burst[0], nil, took)
 			burst = burst[:0]
 		} else {
-			ok = e.deliver(c, nil, burst)
+			ok = e.deliver(c, nil, burst, took)
 			burst = nil
+		}
+		if !ok && e.inbound != nil {
+			e.inbound.give(took)
 		}
 		return ok
 	}
@@ -166,7 +186,8 @@ func (e *endpoint) read(c *conn) error {
 			e.log.Debug("received", "from", c.peer, "type", typeNames[typeIndex(m.Type())], "bytes", len(b))
 		}
 		burst = append(burst, m)
-		if len(burst) < maxBurst && c.l.FrameBuffered() {
+		size += len(b)
+		if len(burst) < maxBurst && size < maxBurstBytes && c.l.FrameBuffered() {
 			continue
 		}
 		if !flush() {

@@ -64,6 +64,7 @@ func testLogger(t testing.TB) *slog.Logger {
 
 type testCluster struct {
 	t       testing.TB
+	tune    func(*ReplicaConfig) // nil: the defaults
 	cl      *auth.Cluster
 	core    bft.Config
 	tick    time.Duration
@@ -86,6 +87,13 @@ func newTestCluster(t testing.TB, n, clients int, core bft.Config, tick time.Dur
 // "" for none).
 func newTestClusterDirs(t testing.TB, n, clients int, core bft.Config, tick time.Duration, dataDir func(int) string) *testCluster {
 	t.Helper()
+	return newTestClusterTuned(t, n, clients, core, tick, dataDir, nil)
+}
+
+// newTestClusterTuned is newTestClusterDirs with tune applied to every
+// replica's configuration.
+func newTestClusterTuned(t testing.TB, n, clients int, core bft.Config, tick time.Duration, dataDir func(int) string, tune func(*ReplicaConfig)) *testCluster {
+	t.Helper()
 	cl, err := auth.Generate(n, clients, "127.0.0.1", 1, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +107,7 @@ func newTestClusterDirs(t testing.TB, n, clients int, core bft.Config, tick time
 		lns[i] = ln
 		cl.Replicas[i].Addr = ln.Addr().String()
 	}
-	tc := &testCluster{t: t, cl: cl, core: core, tick: tick, reg: prometheus.NewRegistry(),
+	tc := &testCluster{t: t, cl: cl, core: core, tick: tick, tune: tune, reg: prometheus.NewRegistry(),
 		reps: make([]*Replica, n), apps: make([]*kv.Store, n),
 		cancels: make([]context.CancelFunc, n), errs: make([]chan error, n), dataDir: dataDir}
 	for i := range n {
@@ -117,11 +125,15 @@ func (tc *testCluster) start(i int, ln net.Listener) {
 		dir = tc.dataDir(i)
 	}
 	// A restarted replica takes over its predecessor's metrics.
-	r, err := NewReplica(ReplicaConfig{Registerer: tc.reg, DataDir: dir,
+	cfg := ReplicaConfig{Registerer: tc.reg, DataDir: dir,
 		Cluster: tc.cl, ID: bft.ReplicaID(i), Network: "tcp", App: app, Tick: tc.tick,
 		Core: tc.core, Logger: testLogger(tc.t), Listener: ln,
 		RedialMin: 5 * time.Millisecond, RedialMax: 100 * time.Millisecond,
-	})
+	}
+	if tc.tune != nil {
+		tc.tune(&cfg)
+	}
+	r, err := NewReplica(cfg)
 	if err != nil {
 		tc.t.Fatal(err)
 	}

@@ -29,6 +29,17 @@ const (
 	DefaultWriteTimeout  = 10 * time.Second
 )
 
+// Byte bounds of the queues, defaults of ReplicaConfig (a Client uses
+// them too).
+const (
+	// DefaultInboundQueueBytes: four frames of the largest size (16
+	// MiB), or thousands of ordinary messages.
+	DefaultInboundQueueBytes = 64 << 20
+	// DefaultOutboundQueueBytes: two frames of the largest size, or
+	// thirty full 1 MiB batches to a peer that reads slowly.
+	DefaultOutboundQueueBytes = 32 << 20
+)
+
 // ReplicaConfig configures a Replica.
 type ReplicaConfig struct {
 	Cluster *auth.Cluster
@@ -56,9 +67,18 @@ type ReplicaConfig struct {
 	// queue blocks the links' readers (back-pressure through the
 	// transport).
 	InboundQueue int
+	// InboundQueueBytes bounds the same deliveries in frame bytes, over
+	// all links (default DefaultInboundQueueBytes); a reader whose
+	// delivery does not fit blocks like on a full InboundQueue.
+	InboundQueueBytes int
 	// OutboundQueue bounds the frames waiting per link (default
 	// DefaultOutboundQueue); a full queue drops new frames.
 	OutboundQueue int
+	// OutboundQueueBytes bounds the bytes of the frames waiting or being
+	// written per link (default DefaultOutboundQueueBytes); a frame that
+	// does not fit is dropped. A frame larger than the bound is sent only
+	// from an empty queue.
+	OutboundQueueBytes int
 	// MaxDrain bounds how many inbound messages the core takes before it
 	// collects Ready (default DefaultMaxDrain; a burst is taken whole).
 	MaxDrain int
@@ -145,9 +165,10 @@ type connBatch struct {
 // inbound is what a link's reader hands to the core: one message m, or a
 // burst ms.
 type inbound struct {
-	c  *conn
-	m  bft.Message
-	ms []bft.Message
+	c     *conn
+	m     bft.Message
+	ms    []bft.Message
+	bytes int // taken from the inbound budget
 }
 
 // NewReplica checks cfg and builds the replica's core; Run starts it.
@@ -183,6 +204,8 @@ func NewReplica(cfg ReplicaConfig) (*Replica, error) {
 	}
 	def(&cfg.InboundQueue, DefaultInboundQueue)
 	def(&cfg.OutboundQueue, DefaultOutboundQueue)
+	def(&cfg.InboundQueueBytes, DefaultInboundQueueBytes)
+	def(&cfg.OutboundQueueBytes, DefaultOutboundQueueBytes)
 	def(&cfg.MaxDrain, DefaultMaxDrain)
 	if cfg.RedialMin <= 0 {
 		cfg.RedialMin = DefaultRedialMin
@@ -231,6 +254,8 @@ func NewReplica(cfg ReplicaConfig) (*Replica, error) {
 		limits:   lim,
 		opts:     cfg.Link,
 		queue:    cfg.OutboundQueue,
+		qBytes:   cfg.OutboundQueueBytes,
+		inbound:  newByteBudget(cfg.InboundQueueBytes),
 		redial:   backoff{min: cfg.RedialMin, max: cfg.RedialMax},
 		dropped:  m.dropped,
 		received: &m.received,
@@ -262,9 +287,9 @@ func (r *Replica) Ready() <-chan struct{} { return r.ready }
 // with a Listener on port 0), the configured one before.
 func (r *Replica) Addr() string { return *r.addr.Load() }
 
-func (r *Replica) deliver(c *conn, m bft.Message, ms []bft.Message) bool {
+func (r *Replica) deliver(c *conn, m bft.Message, ms []bft.Message, bytes int) bool {
 	select {
-	case r.inbound <- inbound{c: c, m: m, ms: ms}:
+	case r.inbound <- inbound{c: c, m: m, ms: ms, bytes: bytes}:
 		return true
 	case <-c.done:
 		return false
@@ -383,8 +408,10 @@ func (r *Replica) loop(ctx context.Context) {
 	}
 }
 
-// stepAll steps in's messages and returns how many there were.
+// stepAll steps in's messages, gives their bytes back to the inbound
+// budget, and returns how many there were.
 func (r *Replica) stepAll(in inbound) int {
+	defer r.ep.inbound.give(in.bytes)
 	if in.ms == nil {
 		r.step(in.c, in.m)
 		return 1
