@@ -22,6 +22,9 @@ type latency struct {
 }
 
 func (l latency) status(err error) string {
+	if err == errNoLatency {
+		return "no latency run (one-way stream)"
+	}
 	if err != nil {
 		return "latency error: " + err.Error()
 	}
