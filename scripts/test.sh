@@ -7,13 +7,14 @@
 # It installs what it needs (see scripts/lib.sh), then runs: go mod download,
 # a go.mod tidiness check, gofmt, go vet, staticcheck, go test -race, the
 # Jepsen-style test in network namespaces (cmd/bft's TestJepsen, which must
-# not skip), the RDMA tests in a throw-away virtual machine with a Soft-RoCE
-# device (scripts/rdma-test.sh; no RDMA hardware needed), a short fuzz pass
-# over every Fuzz target, and quick passes of the benchmark runners: echo, RDMA
+# not skip), the crash-under-load test without the race detector (cmd/bft's
+# TestCrashUnderLoad, which asserts replicas' peak memory), the RDMA tests
+# in a throw-away virtual machine with a Soft-RoCE device
+# (scripts/rdma-test.sh; no RDMA hardware needed), a short fuzz pass over
+# every Fuzz target, and quick passes of the benchmark runners: echo, RDMA
 # (scripts/rdma-bench.sh, in another VM) and BFT (scripts/bft-bench.sh, on
-# the host and in a third VM), so that none rots. Every
-# check runs even if an earlier one fails; the exit status is nonzero if any
-# failed.
+# the host and in a third VM), so that none rots. Every check runs even if
+# an earlier one fails; the exit status is nonzero if any failed.
 set -euo pipefail
 
 # staticcheck_version is the staticcheck release used; v0.8.x supports Go 1.26.
@@ -109,6 +110,21 @@ jepsen() {
 	fi
 }
 
+# crash_under_load runs cmd/bft's TestCrashUnderLoad (64 clients with 8 KiB
+# puts, the primary killed, every replica's peak memory asserted) without
+# the race detector, which skips it because it multiplies memory use; it
+# fails if the test was skipped.
+crash_under_load() {
+	local out status=0
+	out=$(go test -count=1 -run '^TestCrashUnderLoad$' -v ./cmd/bft 2>&1) || status=1
+	printf '%s\n' "$out" | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|crash_test' || true
+	[[ $status -eq 0 ]] || { printf '%s\n' "$out" | tail -n 200; return 1; }
+	if grep -q -- '--- SKIP' <<<"$out"; then
+		echo "TestCrashUnderLoad was skipped"
+		return 1
+	fi
+}
+
 check "go mod download" go mod download
 check "go mod tidy" tidy_check
 check "gofmt" gofmt_check
@@ -116,6 +132,7 @@ check "go vet" go vet ./...
 check "staticcheck $staticcheck_version" go run "honnef.co/go/tools/cmd/staticcheck@$staticcheck_version" ./...
 check "go test -race" go test -race -count=1 -skip '^TestJepsen$' ./...
 check "Jepsen-style test in network namespaces" jepsen
+check "crash under load, real processes, without -race" crash_under_load
 check "RDMA tests in a Soft-RoCE VM" bash scripts/rdma-test.sh
 check "fuzz ($fuzztime per target)" fuzz
 check "echo benchmark, quick" go run ./benchmarks/echobench -quick
