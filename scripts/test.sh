@@ -5,9 +5,10 @@
 #   scripts/test.sh [-fuzztime COUNTx|DURATION]
 #
 # It installs what it needs (see scripts/lib.sh), then runs: go mod download,
-# a go.mod tidiness check, gofmt, go vet, staticcheck, go test -race, the
-# Jepsen-style test in network namespaces (cmd/bft's TestJepsen, which must
-# not skip), the crash-under-load test without the race detector (cmd/bft's
+# a go.mod tidiness check, gofmt, go vet, builds without cgo and for darwin
+# and freebsd, staticcheck, go test -race, the Jepsen-style test in network
+# namespaces (cmd/bft's TestJepsen, which must not skip), the
+# crash-under-load test without the race detector (cmd/bft's
 # TestCrashUnderLoad, which asserts replicas' peak memory), the RDMA tests
 # in a throw-away virtual machine with a Soft-RoCE device
 # (scripts/rdma-test.sh; no RDMA hardware needed), a short fuzz pass over
@@ -125,10 +126,25 @@ crash_under_load() {
 	fi
 }
 
+# cross_build builds and vets the module without cgo and for systems
+# without epoll: a program that imports it must compile anywhere, and the
+# NIO packages say ErrNotSupported there at run time.
+cross_build() {
+	local status=0 target
+	for target in "linux CGO_ENABLED=0" "darwin" "freebsd"; do
+		set -- $target
+		echo "--- GOOS=$1 ${2:-}"
+		env GOOS="$1" ${2:-} go build ./... || status=1
+		env GOOS="$1" ${2:-} go vet ./... || status=1
+	done
+	return $status
+}
+
 check "go mod download" go mod download
 check "go mod tidy" tidy_check
 check "gofmt" gofmt_check
 check "go vet" go vet ./...
+check "builds without cgo, for darwin and freebsd" cross_build
 check "staticcheck $staticcheck_version" go run "honnef.co/go/tools/cmd/staticcheck@$staticcheck_version" ./...
 check "go test -race" go test -race -count=1 -skip '^TestJepsen$' ./...
 check "Jepsen-style test in network namespaces" jepsen

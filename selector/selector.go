@@ -59,20 +59,20 @@
 // readiness that lives in user space, the selector asks each key selected
 // last time for its channel's ReadyOps, and a channel whose interest set
 // grows reports what it already has with Registration.Ready.
+//
+// The selector is Linux only: its event source is epoll (epoll_linux.go).
+// Elsewhere the package builds, so programs that import it compile, and New
+// returns ErrNotSupported; so do the transports built on it.
 package selector
 
 import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/rubin-go/rubin/channel"
 	"github.com/rubin-go/rubin/selectionkey"
@@ -164,24 +164,16 @@ type Stats struct {
 // serialized); Register, Wakeup, Keys, Stats and Close may be called from
 // any goroutine.
 type Selector struct {
-	cfg    Config
-	epfd   int
-	epfile *os.File        // owns epfd
-	raw    syscall.RawConn // epfile's, for parking in the runtime poller
-	wakefd int
+	cfg Config
+	ep  *epoll // the event source: epoll on Linux (epoll_linux.go)
 
 	selectMu sync.Mutex // held by a select in progress, and by Close
 	selected []*Registration
 	keysOut  []*selectionkey.Key
-	events   []unix.EpollEvent
 	spare    []*Registration // the other selected slice, swapped each round
 	round    uint64
 	sink     Sink
 	scratch  []Source
-	parkPoll func(fd uintptr) bool // s.pollEpoll, bound once
-	parkN    int                   // events found by parkPoll
-	parkErr  error
-	parkedBy time.Time // the read deadline set on epfile
 
 	spin     *spinner
 	pollers  atomic.Pointer[[]Poller] // copied on write under mu
@@ -217,48 +209,13 @@ func New(cfg Config) (*Selector, error) {
 	if cfg.MaxSpin == 0 {
 		cfg.MaxSpin = DefaultMaxSpin
 	}
-	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	ep, err := openEpoll(cfg.MaxEvents)
 	if err != nil {
-		return nil, fmt.Errorf("selector: epoll_create1: %w", err)
-	}
-	wakefd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		unix.Close(epfd)
-		return nil, fmt.Errorf("selector: eventfd: %w", err)
-	}
-	// The wake-up descriptor is entry 0 with generation 0; sources start at 1.
-	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wakefd)}
-	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wakefd, &ev); err != nil {
-		unix.Close(wakefd)
-		unix.Close(epfd)
-		return nil, fmt.Errorf("selector: adding the wake-up eventfd: %w", err)
-	}
-	// The epoll descriptor is itself pollable: registered with the Go
-	// runtime's network poller, a select sleeps as a parked goroutine, and
-	// waking it costs no thread switch, as with package net.
-	if err := unix.SetNonblock(epfd, true); err != nil {
-		unix.Close(wakefd)
-		unix.Close(epfd)
-		return nil, fmt.Errorf("selector: making epoll non-blocking: %w", err)
-	}
-	epfile := os.NewFile(uintptr(epfd), "selector-epoll")
-	raw, err := epfile.SyscallConn()
-	if err == nil {
-		// Fails with os.ErrNoDeadline unless the runtime polls epfile.
-		err = epfile.SetReadDeadline(time.Time{})
-	}
-	if err != nil {
-		unix.Close(wakefd)
-		epfile.Close()
-		return nil, fmt.Errorf("selector: registering epoll with the runtime poller: %w", err)
+		return nil, err
 	}
 	s := &Selector{
 		cfg:     cfg,
-		epfd:    epfd,
-		epfile:  epfile,
-		raw:     raw,
-		wakefd:  wakefd,
-		events:  make([]unix.EpollEvent, cfg.MaxEvents),
+		ep:      ep,
 		sources: make(map[int32]sourceEntry),
 		keys:    make(map[*selectionkey.Key]*Registration),
 		nextGen: 1,
@@ -266,7 +223,6 @@ func New(cfg Config) (*Selector, error) {
 	}
 	s.pollers.Store(new([]Poller))
 	s.sink.s = s
-	s.parkPoll = s.pollEpoll
 	return s, nil
 }
 
@@ -320,8 +276,7 @@ func (s *Selector) AddSource(src Source, events uint32) error {
 	if s.nextGen == 0 {
 		s.nextGen = 1
 	}
-	ev := unix.EpollEvent{Events: events, Fd: fd, Pad: int32(gen)}
-	if err := unix.EpollCtl(s.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev); err != nil {
+	if err := s.ep.add(fd, events, gen); err != nil {
 		return fmt.Errorf("selector: adding fd %d: %w", fd, err)
 	}
 	s.sources[fd] = sourceEntry{src: src, gen: gen}
@@ -345,8 +300,7 @@ func (s *Selector) ModifySource(src Source, events uint32) error {
 		}
 		return fmt.Errorf("selector: modifying fd %d: not a source of this selector", fd)
 	}
-	ev := unix.EpollEvent{Events: events, Fd: fd, Pad: int32(e.gen)}
-	if err := unix.EpollCtl(s.epfd, unix.EPOLL_CTL_MOD, int(fd), &ev); err != nil {
+	if err := s.ep.modify(fd, events, e.gen); err != nil {
 		return fmt.Errorf("selector: modifying fd %d: %w", fd, err)
 	}
 	return nil
@@ -374,7 +328,7 @@ func (s *Selector) RemoveSource(src Source) error {
 		}
 		s.pollers.Store(&kept)
 	}
-	if err := unix.EpollCtl(s.epfd, unix.EPOLL_CTL_DEL, int(fd), nil); err != nil && !s.closed.Load() {
+	if err := s.ep.remove(fd); err != nil && !s.closed.Load() {
 		return fmt.Errorf("selector: removing fd %d: %w", fd, err)
 	}
 	return nil
@@ -412,8 +366,7 @@ func (s *Selector) Wakeup() {
 func (s *Selector) wake() {
 	if s.sleeping.Load() && !s.signaled.Swap(true) {
 		s.wakeups.Add(1)
-		var one = [8]byte{1}
-		_, _ = unix.Write(s.wakefd, one[:]) // EAGAIN only if already signaled
+		s.ep.signal()
 	}
 }
 
@@ -541,7 +494,7 @@ func (s *Selector) spinFor(start time.Time, budget time.Duration, deadline time.
 			// selector must not starve the readers it just woke, nor
 			// the peer whose message it waits for.
 			runtime.Gosched()
-			_, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			yieldThread()
 			yielded = now
 		}
 	}
@@ -559,40 +512,15 @@ func (s *Selector) finishWaited(start time.Time) (int, error) {
 // park sleeps until epoll has events or the deadline (zero: none) passes,
 // as a goroutine parked in the runtime's poller, then collects.
 func (s *Selector) park(deadline time.Time) error {
-	if !deadline.Equal(s.parkedBy) {
-		if err := s.epfile.SetReadDeadline(deadline); err != nil {
-			return s.parkError(err)
-		}
-		s.parkedBy = deadline
-	}
-	s.parkN, s.parkErr = 0, nil
-	err := s.raw.Read(s.parkPoll)
-	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+	n, err := s.ep.park(deadline)
+	if err != nil {
 		return s.parkError(err)
 	}
-	if s.parkErr != nil {
-		return s.parkError(s.parkErr)
-	}
-	if s.parkN > 0 {
-		s.dispatch(s.events[:s.parkN])
+	if n > 0 {
+		s.dispatch(n)
 	}
 	s.drainReady()
 	return nil
-}
-
-// pollEpoll is the parked select's poll: it reports whether there is
-// something to collect, or an error, and false to keep waiting.
-func (s *Selector) pollEpoll(fd uintptr) bool {
-	n, err := unix.EpollWait(int(fd), s.events, 0)
-	switch {
-	case err == unix.EINTR:
-		return false
-	case err != nil:
-		s.parkErr = err
-		return true
-	}
-	s.parkN = n
-	return n > 0
 }
 
 func (s *Selector) parkError(err error) error {
@@ -640,33 +568,33 @@ func (s *Selector) collect(ms int, poll, epoll bool) error {
 		}
 	}
 	if epoll {
-		n, err := unix.EpollWait(s.epfd, s.events, ms)
-		if err != nil && err != unix.EINTR {
+		n, err := s.ep.wait(ms)
+		if err != nil {
 			if s.closed.Load() {
 				return errClosed
 			}
 			return fmt.Errorf("selector: epoll_wait: %w", err)
 		}
 		if n > 0 {
-			s.dispatch(s.events[:n])
+			s.dispatch(n)
 		}
 	}
 	s.drainReady()
 	return nil
 }
 
-// dispatch hands epoll events to their sources.
-func (s *Selector) dispatch(events []unix.EpollEvent) {
+// dispatch hands the first n events of the last wait to their sources.
+func (s *Selector) dispatch(n int) {
 	srcs := s.scratch[:0]
 	s.mu.Lock()
-	for i := range events {
-		ev := &events[i]
-		if int(ev.Fd) == s.wakefd && ev.Pad == 0 {
+	for i := range n {
+		fd, _, gen, wake := s.ep.event(i)
+		if wake {
 			srcs = append(srcs, nil)
 			continue
 		}
-		e, ok := s.sources[ev.Fd]
-		if !ok || e.gen != uint32(ev.Pad) {
+		e, ok := s.sources[fd]
+		if !ok || e.gen != gen {
 			srcs = append(srcs, nil) // removed since epoll_wait returned
 			continue
 		}
@@ -674,11 +602,11 @@ func (s *Selector) dispatch(events []unix.EpollEvent) {
 	}
 	s.mu.Unlock()
 	for i, src := range srcs {
+		_, events, _, wake := s.ep.event(i)
 		if src != nil {
-			src.Handle(events[i].Events, &s.sink)
-		} else if int(events[i].Fd) == s.wakefd && events[i].Pad == 0 {
-			var buf [8]byte
-			_, _ = unix.Read(s.wakefd, buf[:])
+			src.Handle(events, &s.sink)
+		} else if wake {
+			s.ep.clearSignal()
 			s.signaled.Store(false)
 		}
 	}
@@ -772,7 +700,7 @@ func (s *Selector) Close() error {
 	}
 	clear(s.sources)
 	s.pollers.Store(new([]Poller))
-	err := errors.Join(s.epfile.Close(), unix.Close(s.wakefd))
+	err := s.ep.close()
 	s.mu.Unlock()
 	for _, c := range closers {
 		c.SelectorClosed(s)

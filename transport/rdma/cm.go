@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"sync"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/rubin-go/rubin/selector"
 	"github.com/rubin-go/rubin/transport/rdma/internal/verbs"
 )
@@ -85,7 +83,7 @@ func (m *cmEvents) moveTo(sel *selector.Selector) error {
 	if !sel.IsOpen() {
 		return nil // the transport is closing
 	}
-	if err := sel.AddSource(m, unix.EPOLLIN); err != nil {
+	if err := sel.AddSource(m, selector.EventIn); err != nil {
 		return fmt.Errorf("rdma: watching the event channel: %w", err)
 	}
 	m.sel = sel // level-triggered: events that came meanwhile are reported

@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/rubin-go/rubin/bufpool"
 	"github.com/rubin-go/rubin/selector"
 	"github.com/rubin-go/rubin/transport/rdma/internal/verbs"
@@ -84,7 +82,7 @@ func newEngine(t *Transport, dev *device, sel *selector.Selector) (*engine, erro
 		e.cqeUsed = t.cfg.srqEntries()
 	}
 	if err = cq.ReqNotify(); err == nil {
-		err = sel.AddSource(e, unix.EPOLLIN)
+		err = sel.AddSource(e, selector.EventIn)
 	}
 	if err != nil {
 		e.release()
@@ -275,7 +273,7 @@ func (e *engine) SelectorClosed(s *selector.Selector) {
 	idle := e.refs == 0
 	t.mu.Unlock()
 	t.engineMoved(e, s)
-	if idle || t.home.AddSource(e, unix.EPOLLIN) != nil {
+	if idle || t.home.AddSource(e, selector.EventIn) != nil {
 		e.dying.Store(true)
 		t.mu.Lock()
 		for k, v := range t.engines {

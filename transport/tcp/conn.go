@@ -673,16 +673,16 @@ func (c *Conn) Unbind(r *selector.Registration) { c.unbind(c, r) }
 func (c *Conn) want(interest selectionkey.Ops) uint32 {
 	var ev uint32
 	if interest&selectionkey.OpRead != 0 {
-		ev |= unix.EPOLLIN | unix.EPOLLRDHUP
+		ev |= selector.EventIn | selector.EventRdHup
 	}
 	switch c.state.Load() {
 	case statePending:
 		if interest&selectionkey.OpConnect != 0 {
-			ev |= unix.EPOLLOUT
+			ev |= selector.EventOut
 		}
 	case stateConnected:
 		if c.hasQueued.Load() {
-			ev |= unix.EPOLLOUT
+			ev |= selector.EventOut
 		}
 	}
 	return ev
@@ -698,11 +698,11 @@ func (c *Conn) Handle(events uint32, sink *selector.Sink) {
 	if r == nil {
 		return
 	}
-	const hangup = unix.EPOLLHUP | unix.EPOLLERR
-	if events&(unix.EPOLLIN|unix.EPOLLRDHUP|hangup) != 0 {
+	const hangup = selector.EventHup | selector.EventErr
+	if events&(selector.EventIn|selector.EventRdHup|hangup) != 0 {
 		sink.Ready(r, selectionkey.OpRead)
 	}
-	if events&(unix.EPOLLOUT|hangup) == 0 {
+	if events&(selector.EventOut|hangup) == 0 {
 		return
 	}
 	if c.state.Load() == statePending {

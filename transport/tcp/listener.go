@@ -46,7 +46,7 @@ func (l *Listener) AcceptTCP() (*Conn, error) {
 	}
 	defer l.fd.release()
 	for {
-		nfd, sa, err := unix.Accept4(l.fd.fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+		nfd, sa, err := accept(l.fd.fd)
 		switch err {
 		case nil:
 			if err := unix.SetsockoptInt(nfd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1); err != nil {
@@ -136,7 +136,7 @@ func (l *Listener) Unbind(r *selector.Registration) { l.unbind(l, r) }
 
 func (l *Listener) want(interest selectionkey.Ops) uint32 {
 	if interest&selectionkey.OpAccept != 0 {
-		return unix.EPOLLIN
+		return selector.EventIn
 	}
 	return 0
 }

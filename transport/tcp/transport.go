@@ -10,6 +10,9 @@
 // a message longer than half the staging buffer is read straight into its
 // pool buffer instead. A length above the maximum message size closes the
 // connection with ErrMessageTooLarge before anything of that size exists.
+//
+// Like the selector, the transport runs on Linux only: elsewhere New
+// returns an error wrapping selector.ErrNotSupported.
 package tcp
 
 import (
@@ -68,6 +71,9 @@ type Transport struct {
 
 // New returns a transport configured by cfg.
 func New(cfg Config) (*Transport, error) {
+	if err := supported(); err != nil {
+		return nil, err
+	}
 	if cfg.MaxMessageSize < 0 || cfg.ReadBuffer < 0 || cfg.SendQueue < 0 {
 		return nil, fmt.Errorf("tcp: negative value in config %+v", cfg)
 	}
@@ -157,7 +163,7 @@ func (t *Transport) Connect(ctx context.Context, address string) (*Conn, error) 
 		return nil, err
 	}
 	sa, family := sockaddr(raddr)
-	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_TCP)
+	fd, err := socket(family)
 	if err != nil {
 		return nil, opError("dial", raddr, "socket", err)
 	}
@@ -185,7 +191,7 @@ func (t *Transport) Listen(ctx context.Context, address string) (*Listener, erro
 		return nil, err
 	}
 	sa, family := sockaddr(laddr)
-	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_TCP)
+	fd, err := socket(family)
 	if err != nil {
 		return nil, opError("listen", laddr, "socket", err)
 	}
