@@ -6,27 +6,22 @@ import (
 	"fmt"
 	"net"
 	"runtime"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/rubin-go/rubin/bufpool"
 	"github.com/rubin-go/rubin/channel"
 	"github.com/rubin-go/rubin/internal/anytransport"
-	"github.com/rubin-go/rubin/metrics"
 	"github.com/rubin-go/rubin/selector"
 )
-
-// networks lists the transports Listen and Dial accept.
-var networks = anytransport.Networks
 
 // Config selects and tunes a transport. The zero value means TCP with
 // defaults. Configs are values: two equal Configs share one stack of
 // poller goroutines, buffer pool and counters, created on first use.
 //
-// The "rdma" transport (package rdma) needs Linux, cgo with rdma-core and
-// an RDMA device; where it has none, Listen, Dial, Stats and AddMetrics
-// fail with a *net.OpError wrapping rdma.ErrNotSupported or
+// The "rdma" transport (package rdma) must be imported (see the package
+// documentation) and needs Linux, cgo with rdma-core and an RDMA device;
+// where it has none, Listen, Dial and Stats fail with a *net.OpError wrapping rdma.ErrNotSupported or
 // rdma.ErrNoDevice. Its connections use the completion queue of the
 // poller that serves them.
 type Config struct {
@@ -46,7 +41,7 @@ type Config struct {
 // RegisterFlags defines command-line flags for the Config's fields on fs:
 // -transport, -max-message-size, -spin and -pollers.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Transport, "transport", "tcp", fmt.Sprintf("transport: one of %v", networks))
+	fs.StringVar(&c.Transport, "transport", "tcp", fmt.Sprintf("transport: one of %v (rdma once github.com/rubin-go/rubin/transport/rdma is imported)", anytransport.Networks()))
 	fs.IntVar(&c.MaxMessageSize, "max-message-size", 0, "largest message in bytes (0: default)")
 	fs.DurationVar(&c.SpinBudget, "spin", 0, "how long a poller spins before it sleeps")
 	fs.IntVar(&c.Pollers, "pollers", 0, "poller goroutines (0: GOMAXPROCS)")
@@ -79,22 +74,6 @@ func (c *Config) Stats() (Stats, error) {
 	return s.stats(), nil
 }
 
-// AddMetrics exports the counters of the Config's stack (its transport,
-// buffer pool and the pollers' selectors) to m, labelled name (selectors
-// name/0, name/1, ...), creating the stack if needed.
-func (c *Config) AddMetrics(m *metrics.Collector, name string) error {
-	s, err := c.stack("metrics", "")
-	if err != nil {
-		return err
-	}
-	m.AddTransport(name, s.tr.Stats)
-	m.AddPool(name, s.tr.Pool())
-	for i, p := range s.pollers {
-		m.AddSelector(fmt.Sprintf("%s/%d", name, i), p.sel)
-	}
-	return nil
-}
-
 // Stats gathers the counters of a stack's parts.
 type Stats struct {
 	Transport channel.Stats
@@ -115,9 +94,6 @@ func (c *Config) stack(op, address string) (*stack, error) {
 	}
 	if cfg.Pollers <= 0 {
 		cfg.Pollers = runtime.GOMAXPROCS(0)
-	}
-	if !slices.Contains(networks, cfg.Transport) {
-		return nil, &net.OpError{Op: op, Net: cfg.Transport, Err: fmt.Errorf("%w (networks: %v)", net.UnknownNetworkError(cfg.Transport), networks)}
 	}
 	stacksMu.Lock()
 	defer stacksMu.Unlock()

@@ -15,6 +15,7 @@ import (
 	"github.com/rubin-go/rubin"
 	"github.com/rubin-go/rubin/metrics"
 	"github.com/rubin-go/rubin/transport/rdma"
+	_ "github.com/rubin-go/rubin/transport/rdma" // the rdma network
 )
 
 func TestEchoSmoke(t *testing.T) {
@@ -98,7 +99,7 @@ func TestStatsRDMA(t *testing.T) {
 		t.Errorf("%d selectors counted, want 2", len(st.Selectors))
 	}
 	m := metrics.New()
-	if err := cfg.AddMetrics(m, "rdma"); err != nil {
+	if err := m.AddStack("rdma", &cfg); err != nil {
 		t.Fatal(err)
 	}
 	if n := testutil.CollectAndCount(m, "rubin_transport_messages_received_total"); n != 1 {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rubin-go/rubin"
 	"github.com/rubin-go/rubin/internal/rdmatest"
+	_ "github.com/rubin-go/rubin/transport/rdma" // the rdma network
 )
 
 // TestNetConn runs golang.org/x/net/nettest's net.Conn conformance suite:

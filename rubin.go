@@ -5,6 +5,16 @@
 //
 //	conn, err := rubin.Dial("tcp", "10.0.0.2:7100")  // was net.Dial("tcp", ...)
 //
+// TCP is built in. RDMA is opt-in, so that programs that do not use it
+// need neither cgo nor the verbs libraries: import its transport for its
+// side effect, as with a database/sql driver,
+//
+//	import _ "github.com/rubin-go/rubin/transport/rdma"
+//
+// and the network "rdma" works; without the import, Dial and Listen of
+// "rdma" fail with an error that names it. Metrics are opt-in too
+// (metrics.Collector.AddStack).
+//
 // Underneath, every connection is a message channel (package channel)
 // registered with a selector (package selector); a few poller goroutines
 // run the selectors and hand received messages to readers. Read and Write

@@ -7,10 +7,12 @@
 package metrics
 
 import (
+	"fmt"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/rubin-go/rubin"
 	"github.com/rubin-go/rubin/bufpool"
 	"github.com/rubin-go/rubin/channel"
 	"github.com/rubin-go/rubin/selector"
@@ -101,6 +103,28 @@ func (c *Collector) AddTransport(name string, stats func() channel.Stats) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.transports[name] = stats
+}
+
+// AddStack exports the counters of cfg's stack (package rubin's net.Conn
+// face, creating the stack if needed): its transport and buffer pool under
+// the label name, its pollers' selectors as name/0, name/1, ...
+func (c *Collector) AddStack(name string, cfg *rubin.Config) error {
+	st, err := cfg.Stats()
+	if err != nil {
+		return err
+	}
+	read := func() rubin.Stats {
+		st, _ := cfg.Stats() // the stack exists: it cannot fail now
+		return st
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.transports[name] = func() channel.Stats { return read().Transport }
+	c.pools[name] = func() bufpool.Stats { return read().Pool }
+	for i := range st.Selectors {
+		c.selectors[fmt.Sprintf("%s/%d", name, i)] = func() selector.Stats { return read().Selectors[i] }
+	}
+	return nil
 }
 
 // Describe implements prometheus.Collector.

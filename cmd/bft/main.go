@@ -52,6 +52,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	_ "github.com/rubin-go/rubin/transport/rdma" // the rdma network
 )
 
 func main() {

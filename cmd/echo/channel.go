@@ -25,7 +25,7 @@ func init() {
 func openTransport(network string) (anytransport.Transport, error) {
 	tr, err := anytransport.Open(network, anytransport.Config{})
 	if _, unknown := err.(net.UnknownNetworkError); unknown {
-		return nil, fmt.Errorf("unknown transport %q (available: %s)", network, strings.Join(anytransport.Networks, ", "))
+		return nil, fmt.Errorf("unknown transport %q (available: %s)", network, strings.Join(anytransport.Networks(), ", "))
 	}
 	return tr, err
 }

@@ -20,7 +20,7 @@ func init() {
 				if err != nil {
 					return nil, err
 				}
-				if err := rc.AddMetrics(echoMetrics, "conn"); err != nil {
+				if err := echoMetrics.AddStack("conn", &rc); err != nil {
 					ln.Close()
 					return nil, err
 				}

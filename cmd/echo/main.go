@@ -60,6 +60,8 @@ import (
 	"time"
 
 	"github.com/rubin-go/rubin/internal/anytransport"
+
+	_ "github.com/rubin-go/rubin/transport/rdma" // the rdma network
 )
 
 func main() {
@@ -164,7 +166,7 @@ type commonFlags struct {
 }
 
 func (c *commonFlags) register(fs *flag.FlagSet, defaultAddr string) {
-	fs.StringVar(&c.transport, "transport", "tcp", "transport: "+strings.Join(anytransport.Networks, " or "))
+	fs.StringVar(&c.transport, "transport", "tcp", "transport: "+strings.Join(anytransport.Networks(), " or "))
 	fs.StringVar(&c.api, "api", "conn", "api: "+strings.Join(apiNames(), ", "))
 	fs.StringVar(&c.addr, "addr", defaultAddr, "address, HOST:PORT")
 	fs.DurationVar(&c.spin, "spin", 0, "fixed busy-poll budget before sleeping, for apis that have one (0: the selector's adaptive default)")

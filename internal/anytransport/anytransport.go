@@ -2,22 +2,64 @@
 // tcp or rdma) by its network name and gives both one shape, for the code
 // that serves either with the same selectors: the net.Conn face of package
 // rubin and the echo command.
+//
+// TCP is always there. The RDMA transport registers itself when its
+// package (github.com/rubin-go/rubin/transport/rdma) is imported, as
+// database/sql drivers do, so a program that does not import it needs
+// neither cgo nor the verbs libraries.
 package anytransport
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/rubin-go/rubin/bufpool"
 	"github.com/rubin-go/rubin/channel"
 	"github.com/rubin-go/rubin/selector"
-	"github.com/rubin-go/rubin/transport/rdma"
 	"github.com/rubin-go/rubin/transport/tcp"
 )
 
-// Networks names the transports Open knows.
-var Networks = []string{"tcp", "rdma"}
+// Known names every transport of the module and the package that provides
+// it; Open of one not registered says which import enables it.
+var Known = map[string]string{
+	"tcp":  "github.com/rubin-go/rubin/transport/tcp",
+	"rdma": "github.com/rubin-go/rubin/transport/rdma",
+}
+
+// Opener makes a transport from a Config.
+type Opener func(Config) (Transport, error)
+
+var (
+	mu      sync.Mutex
+	openers = map[string]Opener{"tcp": openTCP}
+)
+
+// Register makes network's transport available to Open. A transport's
+// package calls it from init; registering a name twice panics.
+func Register(network string, open Opener) {
+	mu.Lock()
+	defer mu.Unlock()
+	if _, dup := openers[network]; dup {
+		panic("anytransport: transport " + network + " registered twice")
+	}
+	openers[network] = open
+}
+
+// Networks returns the names of the registered transports, sorted.
+func Networks() []string {
+	mu.Lock()
+	defer mu.Unlock()
+	names := make([]string, 0, len(openers))
+	for n := range openers {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
 
 // A Transport is one of rubin's transports.
 type Transport interface {
@@ -62,30 +104,34 @@ type Config struct {
 	SpinBudget time.Duration
 }
 
-// Open makes the transport that network names, one of Networks; any other
-// name is a net.UnknownNetworkError.
+// Open makes the transport that network names. A name the module knows
+// but that is not registered is an error that names the import enabling
+// it; any other is a net.UnknownNetworkError.
 func Open(network string, cfg Config) (Transport, error) {
-	switch network {
-	case "tcp":
-		tr, err := tcp.New(tcp.Config{MaxMessageSize: cfg.MaxMessageSize})
-		if err != nil {
-			return nil, err
-		}
-		return tcpTransport{tr}, nil
-	case "rdma":
-		tr, err := rdma.New(rdma.Config{MaxMessageSize: cfg.MaxMessageSize, SpinBudget: cfg.SpinBudget})
-		if err != nil {
-			return nil, err
-		}
-		return rdmaTransport{tr}, nil
+	mu.Lock()
+	open, ok := openers[network]
+	mu.Unlock()
+	if ok {
+		return open(cfg)
+	}
+	if pkg, known := Known[network]; known {
+		return nil, fmt.Errorf("%w: transport %q is not linked in: import _ %q to enable it", net.UnknownNetworkError(network), network, pkg)
 	}
 	return nil, net.UnknownNetworkError(network)
+}
+
+func openTCP(cfg Config) (Transport, error) {
+	tr, err := tcp.New(tcp.Config{MaxMessageSize: cfg.MaxMessageSize})
+	if err != nil {
+		return nil, err
+	}
+	return tcpTransport{tr}, nil
 }
 
 type tcpTransport struct{ *tcp.Transport }
 
 func (t tcpTransport) Connect(ctx context.Context, address string) (Conn, error) {
-	return asConn(t.Transport.Connect(ctx, address))
+	return AsConn(t.Transport.Connect(ctx, address))
 }
 
 func (t tcpTransport) Listen(ctx context.Context, address string) (Listener, error) {
@@ -100,31 +146,11 @@ func (tcpTransport) AcceptsOnListenerSelector() bool { return false }
 
 type tcpListener struct{ *tcp.Listener }
 
-func (l tcpListener) AcceptConn() (Conn, error) { return asConn(l.AcceptTCP()) }
+func (l tcpListener) AcceptConn() (Conn, error) { return AsConn(l.AcceptTCP()) }
 
-type rdmaTransport struct{ *rdma.Transport }
-
-func (t rdmaTransport) Connect(ctx context.Context, address string) (Conn, error) {
-	return asConn(t.Transport.Connect(ctx, address))
-}
-
-func (t rdmaTransport) Listen(ctx context.Context, address string) (Listener, error) {
-	ln, err := t.Transport.Listen(ctx, address)
-	if err != nil {
-		return nil, err
-	}
-	return rdmaListener{ln}, nil
-}
-
-func (rdmaTransport) AcceptsOnListenerSelector() bool { return true }
-
-type rdmaListener struct{ *rdma.Listener }
-
-func (l rdmaListener) AcceptConn() (Conn, error) { return asConn(l.AcceptRDMA()) }
-
-// asConn returns a transport's concrete connection as a Conn, and a nil
+// AsConn returns a transport's concrete connection as a Conn, and a nil
 // Conn, not one holding a nil pointer, with an error.
-func asConn[C Conn](c C, err error) (Conn, error) {
+func AsConn[C Conn](c C, err error) (Conn, error) {
 	if err != nil {
 		return nil, err
 	}
