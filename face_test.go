@@ -150,19 +150,23 @@ func TestBlockedWriteSleeps(t *testing.T) {
 		}
 		return st.Selectors[0].Selects
 	}
-	// Wait until the writer is stuck: the count stops moving.
-	var before uint64
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		before = selects()
+	// Wait until the writer is stuck: the count stops moving for three
+	// windows in a row (on an emulated CPU the peer's side may still be
+	// buffering what arrived after one quiet window).
+	for deadline, quiet := time.Now().Add(10*time.Second), 0; quiet < 3; {
+		last := selects()
 		time.Sleep(100 * time.Millisecond)
-		if selects()-before < 10 {
-			break
+		if selects()-last < 10 {
+			quiet++
+		} else {
+			quiet = 0
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the poller never went quiet while the writer was blocked")
 		}
 	}
-	time.Sleep(200 * time.Millisecond)
+	before := selects()
+	time.Sleep(300 * time.Millisecond)
 	if n := selects() - before; n > 50 {
 		t.Errorf("the poller selected %d times in 300ms while the writer waited", n)
 	}
