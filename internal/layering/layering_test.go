@@ -1,0 +1,292 @@
+// Package layering holds the test that keeps the module's imports going
+// down the layers drawn in docs/architecture.md.
+package layering
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"go/parser"
+	"go/token"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/rubin-go/rubin"
+
+// A layer is a set of packages and the layers directly beneath it. A
+// package may import a package of the module only if that package's layer
+// is beneath its own, directly or further down: never a layer above, never
+// one beside it, and never a sibling in its own layer. Packages are named
+// by their path in the module; "." is the root package.
+type layer struct {
+	name    string
+	pkgs    []string
+	beneath []string
+}
+
+// layers is the table docs/architecture.md draws, bottom up. Every package
+// of the module is in exactly one layer.
+var layers = []layer{
+	// The NIO core: bufpool imports nothing of ours, channel imports
+	// bufpool, selectionkey imports channel, selector imports both.
+	{"buffers", []string{"bufpool"}, nil},
+	{"channel contract", []string{"channel"}, []string{"buffers"}},
+	{"selection keys", []string{"selectionkey"}, []string{"channel contract"}},
+	{"selector", []string{"selector"}, []string{"selection keys"}},
+
+	// Transports implement the core. TCP is built into the registry of
+	// transports, which the net.Conn face opens; RDMA is opt-in and adds
+	// itself to the registry when imported. No transport imports another.
+	{"addresses", []string{"internal/addr"}, nil},
+	{"tcp transport", []string{"transport/tcp"}, []string{"selector", "addresses"}},
+	{"transport registry", []string{"internal/anytransport"}, []string{"tcp transport"}},
+	{"verbs binding", []string{"transport/rdma/internal/verbs"}, nil},
+	{"rdma transport", []string{"transport/rdma"}, []string{"transport registry", "verbs binding", "addresses"}},
+
+	// The net.Conn face, and the metrics that read its stacks.
+	{"net.Conn face", []string{"."}, []string{"transport registry"}},
+	{"metrics", []string{"metrics"}, []string{"net.Conn face"}},
+
+	// The BFT core knows nothing of networking; its driver runs it over
+	// the net.Conn face.
+	{"quorum arithmetic", []string{"bft/internal/quorum"}, nil},
+	{"bft core", []string{"bft"}, []string{"quorum arithmetic"}},
+	{"bft wire", []string{"bft/wire"}, []string{"bft core"}},
+	{"bft auth", []string{"bft/auth"}, []string{"bft wire"}},
+	{"bft services", []string{"bft/kv", "bft/link", "bft/wal"}, []string{"bft core"}},
+	{"bft driver", []string{"bft/node"}, []string{"bft auth", "bft services", "net.Conn face"}},
+
+	// What only tests import.
+	{"test helpers", []string{"internal/leakcheck", "internal/netns", "internal/rdmatest", "internal/layering"}, nil},
+	{"conformance suite", []string{"channel/channeltest"}, []string{"selector", "test helpers"}},
+	{"simulated network", []string{"bft/internal/simnet"}, []string{"bft auth"}},
+
+	// Programs on top.
+	{"measuring", []string{"internal/stats", "benchmarks/internal/benchkit"}, nil},
+	{"commands", []string{"cmd/echo", "cmd/bft", "benchmarks", "benchmarks/echobench", "benchmarks/rdmabench", "benchmarks/bftbench"},
+		[]string{"metrics", "rdma transport", "bft driver", "bft services", "measuring"}},
+}
+
+// A pkg is one package of the module as go list reports it.
+type pkg struct {
+	ImportPath     string
+	Dir            string
+	GoFiles        []string
+	CgoFiles       []string
+	IgnoredGoFiles []string
+	Error          *struct{ Err string }
+}
+
+// rel is p's path in the module, "." for the root package.
+func rel(importPath string) string {
+	if importPath == module {
+		return "."
+	}
+	return strings.TrimPrefix(importPath, module+"/")
+}
+
+// listModule returns every package of the module.
+func listModule(t *testing.T) []pkg {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-e", "-json=ImportPath,Dir,GoFiles,CgoFiles,IgnoredGoFiles,Error", module+"/...")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, &stderr)
+	}
+	var pkgs []pkg
+	for dec := json.NewDecoder(bytes.NewReader(out)); ; {
+		var p pkg
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("decoding go list's output: %v", err)
+		}
+		if p.Error != nil {
+			// Still check its files: an import cycle, say, has an
+			// upward import the table names.
+			t.Errorf("go list: %s: %s", p.ImportPath, p.Error.Err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	if len(pkgs) == 0 {
+		t.Fatal("go list found no packages")
+	}
+	return pkgs
+}
+
+// An edge is one import of a module package by a file of another.
+type edge struct {
+	from, to string // paths in the module
+	file     string // the importing file, relative to the module's root
+}
+
+// moduleImports returns the imports of module packages in every non-test
+// Go file of p, whatever its build constraints, so that a file built only
+// on another system or without cgo is held to the same layers.
+func moduleImports(t *testing.T, p pkg, root string) []edge {
+	t.Helper()
+	var edges []edge
+	fset := token.NewFileSet()
+	for _, name := range slices.Concat(p.GoFiles, p.CgoFiles, p.IgnoredGoFiles) {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		path := filepath.Join(p.Dir, name)
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		file, err := filepath.Rel(root, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, spec := range f.Imports {
+			imp, err := strconv.Unquote(spec.Path.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if imp == module || strings.HasPrefix(imp, module+"/") {
+				edges = append(edges, edge{from: rel(p.ImportPath), to: rel(imp), file: filepath.ToSlash(file)})
+			}
+		}
+	}
+	return edges
+}
+
+// below returns, for every layer, the set of layers beneath it, directly
+// or further down. It reports a table that names unknown layers or whose
+// layers are beneath themselves.
+func below(t *testing.T) map[string]map[string]bool {
+	t.Helper()
+	byName := map[string]layer{}
+	for _, l := range layers {
+		if _, dup := byName[l.name]; dup {
+			t.Fatalf("layer %q is in the table twice", l.name)
+		}
+		byName[l.name] = l
+	}
+	all := map[string]map[string]bool{}
+	for _, l := range layers {
+		seen := map[string]bool{}
+		var walk func(name string)
+		walk = func(name string) {
+			for _, b := range byName[name].beneath {
+				if _, ok := byName[b]; !ok {
+					t.Fatalf("layer %q is beneath %q, which is not in the table", b, name)
+				}
+				if !seen[b] {
+					seen[b] = true
+					walk(b)
+				}
+			}
+		}
+		walk(l.name)
+		if seen[l.name] {
+			t.Fatalf("layer %q is beneath itself", l.name)
+		}
+		all[l.name] = seen
+	}
+	return all
+}
+
+// TestLayers checks every import of a module package by a non-test file of
+// another against the table of layers. Tests are clients of their package
+// and may import what they exercise (a second transport, the conformance
+// suite, the net.Conn face); the go command rejects the cycles that would
+// matter.
+func TestLayers(t *testing.T) {
+	beneath := below(t)
+	layerOf := map[string]string{}
+	for _, l := range layers {
+		for _, p := range l.pkgs {
+			if other, dup := layerOf[p]; dup {
+				t.Errorf("%s is in two layers: %q and %q", p, other, l.name)
+			}
+			layerOf[p] = l.name
+		}
+	}
+
+	pkgs := listModule(t)
+	root := ""
+	listed := map[string]bool{}
+	for _, p := range pkgs {
+		listed[rel(p.ImportPath)] = true
+		if p.ImportPath == module {
+			root = p.Dir
+		}
+	}
+	if root == "" {
+		t.Fatal("go list did not list the root package")
+	}
+	unclassified := false
+	for _, p := range pkgs {
+		if _, ok := layerOf[rel(p.ImportPath)]; !ok {
+			unclassified = true
+			t.Errorf("%s is in no layer: add it to the table in this test and to docs/architecture.md", rel(p.ImportPath))
+		}
+	}
+	for p, l := range layerOf {
+		if !listed[p] {
+			t.Errorf("layer %q names %s, which is not a package of the module", l, p)
+		}
+	}
+	if unclassified {
+		t.FailNow()
+	}
+
+	checked := 0
+	for _, p := range pkgs {
+		for _, e := range moduleImports(t, p, root) {
+			checked++
+			from, to := layerOf[e.from], layerOf[e.to]
+			if to == "" {
+				t.Errorf("%s imports %s, which is not a package of the module", e.file, e.to)
+				continue
+			}
+			if beneath[from][to] {
+				continue
+			}
+			why := fmt.Sprintf("layer %q is not beneath layer %q", to, from)
+			if from == to {
+				why = fmt.Sprintf("both are in layer %q, and siblings do not import each other", from)
+			}
+			t.Errorf("%s: %s imports %s: %s; %q may import %s (docs/architecture.md)",
+				e.file, show(e.from), show(e.to), why, from, names(beneath[from]))
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no imports between the module's packages were found")
+	}
+}
+
+// show names a package in a message: by its path in the module, and the
+// root package by its import path.
+func show(p string) string {
+	if p == "." {
+		return module
+	}
+	return p
+}
+
+// names lists a set of layer names in the table's order.
+func names(set map[string]bool) string {
+	var s []string
+	for _, l := range layers {
+		if set[l.name] {
+			s = append(s, fmt.Sprintf("%q", l.name))
+		}
+	}
+	if len(s) == 0 {
+		return "nothing of the module"
+	}
+	return "only " + strings.Join(s, ", ")
+}
