@@ -1,5 +1,6 @@
 // Package metrics exports the counters of rubin's parts (selectors, buffer
-// pools, transports) to Prometheus.
+// pools, transports) to Prometheus, and Serve serves a registry over HTTP
+// for the commands.
 //
 // The parts count with plain atomic integers; a Collector reads them only
 // when Prometheus scrapes, so nothing on the message path calls into the

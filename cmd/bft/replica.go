@@ -2,24 +2,20 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/rubin-go/rubin"
 	"github.com/rubin-go/rubin/bft"
 	"github.com/rubin-go/rubin/bft/auth"
 	"github.com/rubin-go/rubin/bft/kv"
 	"github.com/rubin-go/rubin/bft/node"
+	"github.com/rubin-go/rubin/metrics"
 )
 
 // clusterFlags are the flags every command that joins a cluster shares:
@@ -81,7 +77,7 @@ func runReplica(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	if *metricsAddr != "" {
-		addr, err := serveMetrics(ctx, *metricsAddr, reg, logger)
+		addr, err := metrics.Serve(ctx, *metricsAddr, reg, slog.NewLogLogger(logger.Handler(), slog.LevelError))
 		if err != nil {
 			return err
 		}
@@ -95,28 +91,4 @@ func runReplica(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}()
 	return r.Run(ctx)
-}
-
-// serveMetrics serves reg at http://addr/metrics until ctx is done and
-// returns the address it listens on.
-func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, logger *slog.Logger) (net.Addr, error) {
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			logger.Error("metrics server", "err", err)
-		}
-	}()
-	context.AfterFunc(ctx, func() {
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		srv.Shutdown(shutdownCtx)
-	})
-	return ln.Addr(), nil
 }

@@ -60,6 +60,7 @@ import (
 	"time"
 
 	"github.com/rubin-go/rubin/internal/anytransport"
+	"github.com/rubin-go/rubin/metrics"
 
 	_ "github.com/rubin-go/rubin/transport/rdma" // the rdma network
 )
@@ -244,7 +245,7 @@ func runServerCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	defer stop()
 	if *metricsAddr != "" {
-		addr, err := serveMetrics(ctx, *metricsAddr, log.New(stderr, "echo server: metrics: ", 0))
+		addr, err := metrics.Serve(ctx, *metricsAddr, metricsRegistry, log.New(stderr, "echo server: metrics: ", 0))
 		if err != nil {
 			return err
 		}
