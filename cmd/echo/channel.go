@@ -61,9 +61,7 @@ func serveChannel(ctx context.Context, cfg serverConfig) error {
 	if _, err := sel.Register(ln, selectionkey.OpAccept, nil); err != nil {
 		return err
 	}
-	echoMetrics.AddTransport("channel", tr.Stats)
-	echoMetrics.AddPool("channel", tr.Pool())
-	echoMetrics.AddSelector("channel", sel)
+	echoMetrics.AddTransport("channel", tr, sel)
 	cfg.ready(ln.LocalAddr())
 	stop := context.AfterFunc(ctx, sel.Wakeup)
 	defer stop()

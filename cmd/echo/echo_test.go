@@ -399,7 +399,7 @@ func TestMetricsEndpoint(t *testing.T) {
 			if resp.StatusCode != http.StatusOK {
 				t.Fatalf("GET %s: %s", url, resp.Status)
 			}
-			want := `rubin_transport_messages_received_total{transport="` + api + `"}`
+			want := `rubin_transport_messages_received_total{stack="` + api + `"}`
 			if api != "gonet" && !strings.Contains(string(body), want) {
 				t.Errorf("metrics lack %s:\n%s", want, body)
 			}
