@@ -10,7 +10,11 @@ import (
 	"go/parser"
 	"go/token"
 	"io"
+	"io/fs"
+	"maps"
+	"os"
 	"os/exec"
+	pathpkg "path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -74,17 +78,16 @@ var layers = []layer{
 		[]string{"metrics", "rdma transport", "bft driver", "bft services", "measuring"}},
 }
 
-// A pkg is one package of the module as go list reports it.
-type pkg struct {
-	ImportPath     string
-	Dir            string
-	GoFiles        []string
-	CgoFiles       []string
-	IgnoredGoFiles []string
-	Error          *struct{ Err string }
+// A listed is one package of the module as go list reports it.
+type listed struct {
+	ImportPath string
+	Dir        string
+	GoFiles    []string
+	CgoFiles   []string
+	Error      *struct{ Err string }
 }
 
-// rel is p's path in the module, "." for the root package.
+// rel is a package's path in the module, "." for the root package.
 func rel(importPath string) string {
 	if importPath == module {
 		return "."
@@ -92,33 +95,88 @@ func rel(importPath string) string {
 	return strings.TrimPrefix(importPath, module+"/")
 }
 
-// listModule returns every package of the module.
-func listModule(t *testing.T) []pkg {
+// goList returns the module's root directory and the packages go list
+// finds for this system, and fails t for those go list finds broken. A
+// broken package's files are still checked: an import cycle, say, has an
+// upward import the table names.
+func goList(t *testing.T) (root string, pkgs []string) {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-e", "-json=ImportPath,Dir,GoFiles,CgoFiles,IgnoredGoFiles,Error", module+"/...")
+	cmd := exec.Command("go", "list", "-e", "-json=ImportPath,Dir,GoFiles,CgoFiles,Error", module+"/...")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, &stderr)
 	}
-	var pkgs []pkg
 	for dec := json.NewDecoder(bytes.NewReader(out)); ; {
-		var p pkg
+		var p listed
 		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
 			t.Fatalf("decoding go list's output: %v", err)
 		}
-		if p.Error != nil {
-			// Still check its files: an import cycle, say, has an
-			// upward import the table names.
+		// A package none of whose files builds here is go list's error,
+		// not this test's: it reads every file.
+		if p.Error != nil && len(p.GoFiles)+len(p.CgoFiles) > 0 {
 			t.Errorf("go list: %s: %s", p.ImportPath, p.Error.Err)
 		}
-		pkgs = append(pkgs, p)
+		if p.ImportPath == module {
+			root = p.Dir
+		}
+		pkgs = append(pkgs, rel(p.ImportPath))
 	}
-	if len(pkgs) == 0 {
-		t.Fatal("go list found no packages")
+	if root == "" {
+		t.Fatalf("go list did not list the root package:\n%s", out)
+	}
+	return root, pkgs
+}
+
+// walkModule returns the module's packages, each with its non-test Go
+// files (relative to root), whatever their build constraints: go list
+// leaves out a package none of whose files builds on this system, and a
+// file built only on another system or without cgo is held to the same
+// layers. It skips what the go command skips: testdata, directories whose
+// names begin with . or _, and nested modules.
+func walkModule(t *testing.T, root string) map[string][]string {
+	t.Helper()
+	pkgs := map[string][]string{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if path == root {
+				return nil
+			}
+			if name == "testdata" || name == "vendor" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") {
+				return filepath.SkipDir
+			}
+			if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(name, ".go") || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") {
+			return nil
+		}
+		file, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		file = filepath.ToSlash(file)
+		dir := pathpkg.Dir(file)
+		if strings.HasSuffix(name, "_test.go") {
+			if _, ok := pkgs[dir]; !ok {
+				pkgs[dir] = nil // a package, even with tests alone
+			}
+			return nil
+		}
+		pkgs[dir] = append(pkgs[dir], file)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return pkgs
 }
@@ -129,23 +187,14 @@ type edge struct {
 	file     string // the importing file, relative to the module's root
 }
 
-// moduleImports returns the imports of module packages in every non-test
-// Go file of p, whatever its build constraints, so that a file built only
-// on another system or without cgo is held to the same layers.
-func moduleImports(t *testing.T, p pkg, root string) []edge {
+// moduleImports returns the imports of module packages by files, which
+// are relative to root and belong to the package from.
+func moduleImports(t *testing.T, root, from string, files []string) []edge {
 	t.Helper()
 	var edges []edge
 	fset := token.NewFileSet()
-	for _, name := range slices.Concat(p.GoFiles, p.CgoFiles, p.IgnoredGoFiles) {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		path := filepath.Join(p.Dir, name)
-		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
-		if err != nil {
-			t.Fatal(err)
-		}
-		file, err := filepath.Rel(root, path)
+	for _, file := range files {
+		f, err := parser.ParseFile(fset, filepath.Join(root, filepath.FromSlash(file)), nil, parser.ImportsOnly)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,7 +204,7 @@ func moduleImports(t *testing.T, p pkg, root string) []edge {
 				t.Fatal(err)
 			}
 			if imp == module || strings.HasPrefix(imp, module+"/") {
-				edges = append(edges, edge{from: rel(p.ImportPath), to: rel(imp), file: filepath.ToSlash(file)})
+				edges = append(edges, edge{from: from, to: rel(imp), file: file})
 			}
 		}
 	}
@@ -215,28 +264,23 @@ func TestLayers(t *testing.T) {
 		}
 	}
 
-	pkgs := listModule(t)
-	root := ""
-	listed := map[string]bool{}
-	for _, p := range pkgs {
-		listed[rel(p.ImportPath)] = true
-		if p.ImportPath == module {
-			root = p.Dir
+	root, listed := goList(t)
+	pkgs := walkModule(t, root)
+	for _, p := range listed {
+		if _, ok := pkgs[p]; !ok {
+			t.Fatalf("go list finds %s, which the walk of %s missed", show(p), root)
 		}
 	}
-	if root == "" {
-		t.Fatal("go list did not list the root package")
-	}
 	unclassified := false
-	for _, p := range pkgs {
-		if _, ok := layerOf[rel(p.ImportPath)]; !ok {
+	for _, p := range slices.Sorted(maps.Keys(pkgs)) {
+		if _, ok := layerOf[p]; !ok {
 			unclassified = true
-			t.Errorf("%s is in no layer: add it to the table in this test and to docs/architecture.md", rel(p.ImportPath))
+			t.Errorf("%s is in no layer: add it to the table in this test and to docs/architecture.md", show(p))
 		}
 	}
 	for p, l := range layerOf {
-		if !listed[p] {
-			t.Errorf("layer %q names %s, which is not a package of the module", l, p)
+		if _, ok := pkgs[p]; !ok {
+			t.Errorf("layer %q names %s, which is not a package of the module", l, show(p))
 		}
 	}
 	if unclassified {
@@ -244,12 +288,12 @@ func TestLayers(t *testing.T) {
 	}
 
 	checked := 0
-	for _, p := range pkgs {
-		for _, e := range moduleImports(t, p, root) {
+	for _, p := range slices.Sorted(maps.Keys(pkgs)) {
+		for _, e := range moduleImports(t, root, p, pkgs[p]) {
 			checked++
 			from, to := layerOf[e.from], layerOf[e.to]
 			if to == "" {
-				t.Errorf("%s imports %s, which is not a package of the module", e.file, e.to)
+				t.Errorf("%s: %s imports %s, which is not a package of the module", e.file, show(e.from), show(e.to))
 				continue
 			}
 			if beneath[from][to] {
