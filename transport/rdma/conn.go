@@ -82,6 +82,9 @@ type Conn struct {
 	quiet       int               // paid control messages received, credits not yet returned
 	ctrlOwed    int               // credit updates received, not yet restored to the peer
 	peerCredits int               // most data credits the peer may ever hold
+	window      int               // data receives kept posted (no SRQ); grows up to RecvDepth
+	widened     int               // credits of a widened window, not yet granted
+	starved     bool              // the peer said credits held it back
 	retry       *time.Timer       // posts receives once the pool has buffers again
 
 	// Sending.
@@ -292,16 +295,21 @@ func (c *Conn) setupQP(sel *selector.Selector) error {
 			c.granted += e.srq.grant(cfg.PeerCredits/2 - 1)
 		}
 		c.peerCredits = cfg.PeerCredits
+		c.window = cfg.PeerCredits
 	} else {
+		// The window starts small and widens when the peer says that
+		// credits held it back (widenLocked): an idle connection holds
+		// two receive buffers, a busy one up to RecvDepth + 1.
 		c.slots = make([]*bufpool.Buffer, recvWR)
-		for i := range recvWR {
+		c.window = min(initialWindow, cfg.RecvDepth)
+		for i := range c.window + ctrlCredits {
 			c.empty = append(c.empty, i)
 		}
 		c.postReceives()
 		if len(c.empty) > 0 {
-			return fmt.Errorf("rdma: %d receive buffers: %w", recvWR, bufpool.ErrExhausted)
+			return fmt.Errorf("rdma: %d receive buffers: %w", c.window+ctrlCredits, bufpool.ErrExhausted)
 		}
-		c.granted = cfg.RecvDepth
+		c.granted = c.window
 		c.peerCredits = cfg.RecvDepth
 	}
 	e.add(c)
@@ -352,6 +360,34 @@ func (c *Conn) postReceives() {
 		}
 		c.posted += n
 	}
+}
+
+// initialWindow is how many data credits a connection without a shared
+// receive queue grants at first.
+const initialWindow = 1
+
+// widenLocked doubles the receive window, up to RecvDepth, after the peer
+// said that credits held it back, if the pool has more than half of its
+// buffers to spare: what is left stays for other connections' first
+// windows and for messages. The new receives' credits go out with the
+// next message or credit update. The caller holds c.mu.
+func (c *Conn) widenLocked() {
+	c.starved = false
+	cfg := &c.t.cfg
+	if c.eng == nil || c.eng.srq != nil || c.window >= cfg.RecvDepth || c.torn || c.draining {
+		return
+	}
+	add := min(c.window, cfg.RecvDepth-c.window)
+	if st := c.t.pool.Stats(); st.MaxBuffers-st.InUse-add < st.MaxBuffers/2 {
+		return
+	}
+	for i := range add {
+		c.empty = append(c.empty, c.window+ctrlCredits+i)
+	}
+	c.window += add
+	c.widened += add
+	c.t.widenings.Add(1)
+	c.postReceives()
 }
 
 // refillLocked posts fresh receives into the empty slots and sends the
@@ -539,6 +575,7 @@ func (c *Conn) receivedLocked(wc *verbs.WC, buf *bufpool.Buffer) (selectionkey.O
 			return 0, fmt.Errorf("rdma: peer sent a message without a credit")
 		}
 		c.granted--
+		c.starved = c.starved || m.more
 		buf.SetLen(int(wc.ByteLen))
 		c.inbox.push(buf)
 		c.t.msgsIn.Add(1)
@@ -749,7 +786,9 @@ func (c *Conn) pump() bool {
 		b := c.queue.pop()
 		c.queued -= b.Len()
 		c.credits--
-		c.wrs[n] = c.sendWR(b, c.takeGrants(false), c.queue.len() == 0)
+		m := c.takeGrants(false)
+		m.more = c.credits == 0 && c.queue.len() > 0
+		c.wrs[n] = c.sendWR(b, m, c.queue.len() == 0)
 		n++
 	}
 	if n > 0 {
@@ -800,8 +839,8 @@ func (c *Conn) spendControl() (paid, ok bool) {
 // credit update, since no message is going to carry them: half the window
 // is waiting, or the peer has none left.
 func (c *Conn) updateDue() bool {
-	g := min(c.toReturn, c.room())
-	return g > 0 && (g >= max(1, c.peerCredits/2) || c.granted == 0)
+	g := min(c.toReturn+c.widened, c.room())
+	return g > 0 && (g >= max(1, c.window/2) || c.granted == 0)
 }
 
 // room is how many posted receives the peer holds no credit for: what
@@ -841,10 +880,13 @@ func (c *Conn) takeGrants(control bool) imm {
 			g = c.eng.srq.grant(1)
 		}
 	} else {
-		g = min(c.toReturn+c.quiet, room, maxGrant)
-		fromData := min(c.toReturn, g)
-		c.toReturn -= fromData
-		c.quiet -= g - fromData
+		g = min(c.toReturn+c.quiet+c.widened, room, maxGrant)
+		left := g
+		for _, v := range []*int{&c.toReturn, &c.quiet, &c.widened} {
+			d := min(*v, left)
+			*v -= d
+			left -= d
+		}
 	}
 	c.granted += g
 	m.credits = g
@@ -949,6 +991,9 @@ func (c *Conn) Receive() (*bufpool.Buffer, error) {
 			c.toReturn++
 			if c.eng.srq != nil {
 				c.eng.srq.give(1)
+			}
+			if c.starved {
+				c.widenLocked()
 			}
 			c.pump()
 			c.mu.Unlock()

@@ -55,7 +55,7 @@ var ErrNoDevice = errors.New("rdma: no RDMA device")
 // Defaults for the zero Config fields.
 const (
 	DefaultMaxMessageSize = 128 << 10
-	DefaultRecvDepth      = 8
+	DefaultRecvDepth      = 64
 	DefaultSendDepth      = 64
 	DefaultSignalEvery    = 16
 	DefaultInline         = 256
@@ -76,9 +76,13 @@ type Config struct {
 	// MaxBuffers bounds the pool: receive buffers posted, messages
 	// received and not yet released, and send buffers. Default 4096.
 	MaxBuffers int
-	// RecvDepth is how many receives each connection keeps posted, and so
-	// how many messages its peer may have in flight (its data credits),
-	// when receive queues are not shared. Default DefaultRecvDepth.
+	// RecvDepth is the most receives each connection keeps posted, and so
+	// the most messages its peer may have in flight (its data credits),
+	// when receive queues are not shared. A connection starts with one
+	// and doubles its window whenever the peer says credits held it back
+	// and the pool has more than half its buffers to spare, so an idle
+	// connection holds two receive buffers (one for credit updates).
+	// Default DefaultRecvDepth.
 	RecvDepth int
 	// SendDepth is how many sends each queue pair may have outstanding.
 	// Default DefaultSendDepth.

@@ -49,6 +49,7 @@ type Transport struct {
 
 	msgsIn, msgsOut, bytesIn, bytesOut atomic.Uint64
 	opened, closedConns, protoErrs     atomic.Uint64
+	widenings                          atomic.Uint64 // receive windows widened, for tests
 }
 
 type engineKey struct {

@@ -12,10 +12,16 @@ import (
 //
 //	bits  0-15  data credits granted to the receiver, since the last message
 //	bits 16-19  control credits restored to the receiver, since the last message
-//	bits 20-28  zero
+//	bits 20-27  zero
+//	bit  28     more: the sender spent its last data credit on this
+//	            message and has more waiting (data messages only)
 //	bit  29     paid: a control message sent on a data credit (with bit 31)
 //	bit  30     FIN: the sender closes; nothing follows (with bit 31)
 //	bit  31     control: a credit update without payload, not delivered
+//
+// A receiver starts each peer on a small window of credits and widens it
+// when the peer says, with "more", that credits held it back, so memory
+// per connection follows the traffic it carries.
 //
 // A control message normally spends the sender's control credit, which the
 // receiver restores on its next message. When that credit is out, it may
@@ -28,7 +34,8 @@ const (
 	immCreditsMask = 0xffff
 	immCtrlShift   = 16
 	immCtrlMask    = 0xf
-	immReserved    = 0x1ff << 20
+	immReserved    = 0xff << 20
+	immMore        = 1 << 28
 	immPaid        = 1 << 29
 	immFIN         = 1 << 30
 	immControl     = 1 << 31
@@ -48,6 +55,7 @@ type imm struct {
 	control bool // a credit update, not a message
 	paid    bool // a control message spent a data credit
 	fin     bool // the sender closes
+	more    bool // credits held back more messages
 }
 
 func (m imm) encode() uint32 {
@@ -60,6 +68,9 @@ func (m imm) encode() uint32 {
 	}
 	if m.paid {
 		v |= immPaid
+	}
+	if m.more {
+		v |= immMore
 	}
 	return v
 }
@@ -74,11 +85,12 @@ func decodeImm(v uint32, length int) (imm, error) {
 		control: v&immControl != 0,
 		fin:     v&immFIN != 0,
 		paid:    v&immPaid != 0,
+		more:    v&immMore != 0,
 	}
 	switch {
 	case v&immReserved != 0:
 		return imm{}, fmt.Errorf("%w %#08x: reserved bits set", errBadImm, v)
-	case (m.fin || m.paid) && !m.control:
+	case (m.fin || m.paid) && !m.control, m.more && m.control:
 		return imm{}, fmt.Errorf("%w %#08x: control flags on a data message", errBadImm, v)
 	case m.control && length != 0:
 		return imm{}, fmt.Errorf("%w %#08x: control message with %d bytes of payload", errBadImm, v, length)
@@ -89,7 +101,7 @@ func decodeImm(v uint32, length int) (imm, error) {
 // hello is what each side tells the other in the connection manager's
 // private data when it connects or accepts:
 //
-//	0   4  magic "RBN" and version 1
+//	0   4  magic "RBN" and version 2
 //	4   4  largest message it receives (big endian)
 //	8   2  data credits it grants at the start
 //	10  1  control credits it grants
@@ -104,7 +116,7 @@ type hello struct {
 
 const helloLen = 14
 
-var helloMagic = [4]byte{'R', 'B', 'N', 1}
+var helloMagic = [4]byte{'R', 'B', 'N', 2}
 
 func (h hello) encode() []byte {
 	b := make([]byte, helloLen)

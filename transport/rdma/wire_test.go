@@ -15,6 +15,7 @@ func TestImmRoundTrip(t *testing.T) {
 		{control: true, credits: 7, ctrl: 1},
 		{control: true, fin: true},
 		{control: true, paid: true, credits: 3},
+		{credits: 2, more: true},
 	} {
 		got, err := decodeImm(m.encode(), 0)
 		if err != nil {
@@ -31,10 +32,11 @@ func TestImmRejects(t *testing.T) {
 		v      uint32
 		length int
 	}{
-		{1 << 20, 0},            // reserved bit
-		{immFIN, 0},             // FIN without control
-		{immControl | 1, 5},     // control with payload
-		{immControl | 1<<28, 0}, // reserved bit on a control message
+		{1 << 20, 0},              // reserved bit
+		{immFIN, 0},               // FIN without control
+		{immControl | 1, 5},       // control with payload
+		{immControl | 1<<27, 0},   // reserved bit on a control message
+		{immControl | immMore, 0}, // more on a control message
 	} {
 		if _, err := decodeImm(tc.v, tc.length); !errors.Is(err, errBadImm) {
 			t.Errorf("decodeImm(%#x, %d) = %v, want errBadImm", tc.v, tc.length, err)
@@ -60,7 +62,7 @@ func TestHelloRejects(t *testing.T) {
 		"empty":      nil,
 		"short":      good[:helloLen-1],
 		"magic":      mutate(func(b []byte) []byte { b[0] = 'X'; return b }),
-		"version":    mutate(func(b []byte) []byte { b[3] = 2; return b }),
+		"version":    mutate(func(b []byte) []byte { b[3] = 1; return b }),
 		"tiny max":   mutate(func(b []byte) []byte { b[4], b[5], b[6], b[7] = 0, 0, 0, 1; return b }),
 		"huge max":   mutate(func(b []byte) []byte { b[4] = 0xff; return b }),
 		"no credits": mutate(func(b []byte) []byte { b[8], b[9] = 0, 0; return b }),
