@@ -362,6 +362,10 @@ func (c *Conn) postReceives() {
 	}
 }
 
+// maxQueued bounds the messages a connection queues for credits, whatever
+// their size, beside Config.SendQueue's bound on their bytes.
+const maxQueued = 128
+
 // initialWindow is how many data credits a connection without a shared
 // receive queue grants at first.
 const initialWindow = 1
@@ -534,6 +538,12 @@ func (c *Conn) onRecv(wc *verbs.WC, buf *bufpool.Buffer, sink *selector.Sink) {
 // receivedLocked takes in a message or a credit update and returns the
 // operations that became ready.
 func (c *Conn) receivedLocked(wc *verbs.WC, buf *bufpool.Buffer) (selectionkey.Ops, error) {
+	if wc.Opcode != verbs.WCRecv {
+		// An RDMA write with immediate data (no memory key needed when
+		// it is empty) also consumes a receive: only sends are messages.
+		buf.Release()
+		return 0, fmt.Errorf("rdma: peer's message completed with opcode %d, not a send", wc.Opcode)
+	}
 	if wc.HasImm == 0 {
 		buf.Release()
 		return 0, fmt.Errorf("rdma: peer sent a message without immediate data")
@@ -717,7 +727,10 @@ func (c *Conn) send(b *bufpool.Buffer) error {
 	for {
 		c.mu.Lock()
 		err := c.writeErrLocked()
-		if err == nil && (c.queue.len() == 0 || c.queued+own.Len() <= c.t.cfg.SendQueue) {
+		// A queued message holds a whole buffer of the pool, however
+		// short it is: the queue is bounded in buffers too, so that a
+		// peer that never reads cannot make it hold the pool.
+		if err == nil && (c.queue.len() == 0 || c.queued+own.Len() <= c.t.cfg.SendQueue && c.queue.len() < maxQueued) {
 			c.queue.push(own)
 			c.queued += own.Len()
 			c.pump()

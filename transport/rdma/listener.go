@@ -6,6 +6,8 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
 
 	"github.com/rubin-go/rubin/channel"
 	"github.com/rubin-go/rubin/selectionkey"
@@ -113,6 +115,11 @@ func (l *Listener) handleEvent(ev *verbs.Event, sink *selector.Sink) {
 	c.mu.Lock()
 	c.state = stateAccepting
 	c.peerHello = append([]byte(nil), ev.Private...)
+	// A peer that never completes the handshake holds the queue pair
+	// and its receives no longer than an active connect may take.
+	c.connTimer = time.AfterFunc(t.cfg.ConnectTimeout, func() {
+		c.connectFailed(syscall.ETIMEDOUT, nil)
+	})
 	c.mu.Unlock()
 	l.mu.Lock()
 	l.pending[c] = struct{}{}

@@ -95,8 +95,9 @@ type Config struct {
 	// -1 disables inline sends. Default DefaultInline.
 	Inline int
 	// SendQueue is how many bytes of messages a connection queues while it
-	// waits for credits before a non-blocking Send returns ErrWouldBlock.
-	// Default DefaultSendQueue.
+	// waits for credits before a non-blocking Send returns ErrWouldBlock;
+	// the queue also holds at most 128 messages, since each holds a pool
+	// buffer however short it is. Default DefaultSendQueue.
 	SendQueue int
 	// SharedReceiveQueue makes the connections of a completion queue share
 	// one receive queue of SRQSize receives instead of RecvDepth each.

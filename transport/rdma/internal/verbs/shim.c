@@ -185,8 +185,11 @@ int rv_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *cq, st
 }
 
 // rv_connect connects (accept == 0) or accepts with the given private data.
-// Reliable-connected, no RDMA reads or atomics in either direction, RNR
-// retries without limit as a last resort behind credit-based flow control.
+// Reliable-connected, no RDMA reads or atomics in either direction. Credits
+// mean a correct peer always has a receive posted for us, so receiver-not-
+// ready retries are bounded (6, the most short of infinite): a peer that
+// grants credits and posts no receives breaks its connection instead of
+// stalling our sends forever.
 int rv_connect(struct rdma_cm_id *id, const void *pd, uint32_t pd_len, int accept) {
 	struct rdma_conn_param p;
 	memset(&p, 0, sizeof p);
@@ -195,7 +198,7 @@ int rv_connect(struct rdma_cm_id *id, const void *pd, uint32_t pd_len, int accep
 	p.responder_resources = 0;
 	p.initiator_depth = 0;
 	p.retry_count = 7;
-	p.rnr_retry_count = 7;
+	p.rnr_retry_count = 6;
 	int rc = accept ? rdma_accept(id, &p) : rdma_connect(id, &p);
 	return rc ? -errno : 0;
 }
