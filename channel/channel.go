@@ -18,6 +18,14 @@
 // configured maximum, in either direction, fails with an error that
 // satisfies errors.Is(err, ErrMessageTooLarge), and a peer that announces
 // one has its connection closed before anything of that size is allocated.
+//
+// Half-close: CloseWrite ends one direction only, as shutdown(SHUT_WR)
+// does for a socket, so that a proxy can pass an end of stream on. Every
+// Conn supports it, so it is a method of Conn rather than an optional
+// interface to assert. The peer receives the messages sent before it and
+// then io.EOF, and may go on sending until it closes; this side may go on
+// receiving. A Send after CloseWrite fails with an error that satisfies
+// errors.Is(err, ErrWriteClosed).
 package channel
 
 import (
@@ -39,6 +47,9 @@ var (
 	// ErrRegistered is returned by SetBlocking(true) on a channel that is
 	// registered with a selector.
 	ErrRegistered = errors.New("channel registered with a selector")
+	// ErrWriteClosed is returned by Send on a Conn whose sending side
+	// CloseWrite closed.
+	ErrWriteClosed = errors.New("channel closed for writing")
 )
 
 // Channel is what every channel has.
@@ -82,6 +93,16 @@ type Conn interface {
 	// Flush pushes out queued messages. In non-blocking mode it returns
 	// ErrWouldBlock if some are still queued; OpWrite says when none is.
 	Flush() error
+	// CloseWrite closes the sending side. Messages already sent or queued
+	// still go out, in order, followed by the end of the stream: the
+	// peer's Receive returns them and then io.EOF. It does not wait for
+	// them: queued ones leave as after any Send (in non-blocking mode,
+	// through Flush or a selector), and Close treats those that have not
+	// left as it treats any queued message. Receive keeps working on this
+	// side. Later Sends fail with
+	// ErrWriteClosed; CloseWrite again returns nil. Close is still needed
+	// to release the Conn.
+	CloseWrite() error
 	// Pool is where buffers for Send are best taken from.
 	Pool() *bufpool.Pool
 	// MaxMessageSize is the largest message this Conn sends or receives.

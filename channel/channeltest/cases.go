@@ -748,31 +748,8 @@ func testEOFNonBlocking(e *env) {
 	if err := a.Close(); err != nil {
 		e.Fatal(err)
 	}
-	got := 0
-	var end error
-	e.selectLoop(s, "io.EOF", func() bool { return end != nil }, func(sk *selectionkey.Key) {
-		if sk != k || !k.IsReadable() {
-			e.Fatalf("unexpected key selected for %v", sk.Ready())
-		}
-		for end == nil {
-			buf, err := b.Receive()
-			if isWouldBlock(err) {
-				return
-			}
-			if err != nil {
-				end = err
-				return
-			}
-			err = check(buf.Bytes(), 1000, toServer|uint64(got))
-			buf.Release()
-			if err != nil {
-				e.Fatal(err)
-			}
-			got++
-		}
-	})
-	if end != io.EOF || got != n {
-		e.Fatalf("%s: got %d messages and then %v; want %d and io.EOF", e.f.Name, got, end, n)
+	if got := e.receiveToEOF(s, k, 1000, toServer); got != n {
+		e.Fatalf("%s: got %d messages and then io.EOF; want %d", e.f.Name, got, n)
 	}
 }
 
@@ -804,6 +781,9 @@ func testClosedErrors(e *env) {
 	}
 	if err := a.Flush(); !errors.Is(err, net.ErrClosed) {
 		e.Errorf("%s: Flush after Close = %v; want net.ErrClosed", e.f.Name, err)
+	}
+	if err := a.CloseWrite(); !errors.Is(err, net.ErrClosed) {
+		e.Errorf("%s: CloseWrite after Close = %v; want net.ErrClosed", e.f.Name, err)
 	}
 	s := e.selector()
 	a.SetBlocking(false)
@@ -1292,4 +1272,175 @@ func testConcurrentNonBlocking(e *env) {
 	for err := range errs {
 		e.Errorf("%s: %v", e.f.Name, err)
 	}
+}
+
+// testCloseWrite half-closes one end and then the other, in blocking mode,
+// each time right after a run of messages that may still be queued: the
+// peer receives them all and then io.EOF, and still sends to the end that
+// closed for writing, which still receives. It runs with the dialer
+// closing first and with the acceptor closing first.
+func testCloseWrite(e *env) {
+	for _, first := range []string{"dialer", "acceptor"} {
+		a, b := e.pair()
+		if first == "acceptor" {
+			a, b = b, a
+		}
+		e.closeWriteAfterStream(first, a, b, toServer)
+		e.checkWriteClosed(a, first)
+		// b has seen the end of a's stream and still sends; a still
+		// receives.
+		e.closeWriteAfterStream("its peer", b, a, toClient)
+		e.checkWriteClosed(b, "its peer")
+		a.Close()
+		b.Close()
+	}
+}
+
+// closeWriteAfterStream sends every size from one end, closes it for
+// writing at once, and checks that the other end receives the messages and
+// then io.EOF, twice.
+func (e *env) closeWriteAfterStream(who string, from, to channel.Conn, tag uint64) {
+	e.Helper()
+	all := sizes(e.f.MaxMessageSize)
+	errc := make(chan error, 1)
+	go func() {
+		for i, n := range all {
+			buf, err := from.Pool().Get(context.Background())
+			if err != nil {
+				errc <- err
+				return
+			}
+			buf.SetLen(n)
+			fill(buf.Bytes(), tag|uint64(i))
+			if err := from.Send(buf); err != nil {
+				errc <- fmt.Errorf("sending: %w", err)
+				return
+			}
+		}
+		if err := from.CloseWrite(); err != nil {
+			errc <- fmt.Errorf("closing for writing: %w", err)
+			return
+		}
+		errc <- nil
+	}()
+	for i, n := range all {
+		e.recv(to, n, tag|uint64(i))
+	}
+	if err := <-errc; err != nil {
+		e.Fatalf("%s: the %s sending and closing for writing: %v", e.f.Name, who, err)
+	}
+	for range 2 {
+		buf, err := to.Receive()
+		if err != io.EOF {
+			if buf != nil {
+				buf.Release()
+			}
+			e.Fatalf("%s: Receive after the %s's CloseWrite = %v, %v; want io.EOF", e.f.Name, who, buf, err)
+		}
+	}
+}
+
+// checkWriteClosed checks c's operations after its CloseWrite: Send fails
+// with ErrWriteClosed and gives its buffer back, CloseWrite and Flush
+// succeed.
+func (e *env) checkWriteClosed(c channel.Conn, who string) {
+	e.Helper()
+	foreign, err := bufpool.New(bufpool.Config{BufferSize: 64, MaxBuffers: 1})
+	if err != nil {
+		e.Fatal(err)
+	}
+	defer foreign.Close()
+	if err := c.Send(e.msgFrom(foreign, 10, 0)); !errors.Is(err, channel.ErrWriteClosed) {
+		e.Errorf("%s: the %s's Send after its CloseWrite = %v; want ErrWriteClosed", e.f.Name, who, err)
+	}
+	if n := foreign.Stats().InUse; n != 0 {
+		e.Errorf("%s: the %s's Send after its CloseWrite kept its buffer", e.f.Name, who)
+	}
+	if err := c.CloseWrite(); err != nil {
+		e.Errorf("%s: the %s's second CloseWrite = %v; want nil", e.f.Name, who, err)
+	}
+	if err := c.Flush(); err != nil {
+		e.Errorf("%s: the %s's Flush after its CloseWrite = %v; want nil", e.f.Name, who, err)
+	}
+}
+
+// testCloseWriteNonBlocking closes a non-blocking Conn for writing while
+// its send queue is full: under a selector, the queued messages still
+// reach the peer and then io.EOF does; the peer's messages still come
+// back, and its own CloseWrite ends them.
+func testCloseWriteNonBlocking(e *env) {
+	a, b := e.pair()
+	s := e.selector()
+	ka := e.register(s, a, 0, nil)
+	size := min(16<<10, e.f.MaxMessageSize)
+	sent, refused := e.fillUp(a, size, toServer)
+	e.mustRelease(refused, "Send returned ErrWouldBlock")
+	if err := a.CloseWrite(); err != nil {
+		e.Fatalf("%s: CloseWrite with a full send queue: %v", e.f.Name, err)
+	}
+	e.checkWriteClosedSend(a)
+	kb := e.register(s, b, selectionkey.OpRead, nil)
+	got := e.receiveToEOF(s, kb, size, toServer)
+	if got != sent {
+		e.Fatalf("%s: got %d messages before io.EOF; %d were sent before CloseWrite", e.f.Name, got, sent)
+	}
+
+	const back = 3
+	for i := range back {
+		if err := b.Send(e.msg(b, 100, toClient|uint64(i))); err != nil {
+			e.Fatalf("%s: non-blocking Send after the peer's CloseWrite: %v", e.f.Name, err)
+		}
+	}
+	if err := b.CloseWrite(); err != nil {
+		e.Fatalf("%s: CloseWrite after the peer's: %v", e.f.Name, err)
+	}
+	if err := ka.SetInterest(selectionkey.OpRead); err != nil {
+		e.Fatal(err)
+	}
+	if got := e.receiveToEOF(s, ka, 100, toClient); got != back {
+		e.Fatalf("%s: the end closed for writing got %d messages before io.EOF; want %d", e.f.Name, got, back)
+	}
+}
+
+// checkWriteClosedSend checks that Send on c, closed for writing, fails
+// with ErrWriteClosed.
+func (e *env) checkWriteClosedSend(c channel.Conn) {
+	e.Helper()
+	if err := c.Send(e.msg(c, 10, 0)); !errors.Is(err, channel.ErrWriteClosed) {
+		e.Errorf("%s: Send after CloseWrite = %v; want ErrWriteClosed", e.f.Name, err)
+	}
+}
+
+// receiveToEOF receives messages of the given size on the Conn of k,
+// under s, until io.EOF, and returns how many came.
+func (e *env) receiveToEOF(s *selector.Selector, k *selectionkey.Key, size int, tag uint64) int {
+	e.Helper()
+	c := k.Channel().(channel.Conn)
+	got := 0
+	var end error
+	e.selectLoop(s, "io.EOF", func() bool { return end != nil }, func(sk *selectionkey.Key) {
+		if sk != k || !sk.IsReadable() {
+			return
+		}
+		for end == nil {
+			buf, err := c.Receive()
+			if isWouldBlock(err) {
+				return
+			}
+			if err != nil {
+				end = err
+				return
+			}
+			err = check(buf.Bytes(), size, tag|uint64(got))
+			buf.Release()
+			if err != nil {
+				e.Fatalf("%s: %v", e.f.Name, err)
+			}
+			got++
+		}
+	})
+	if end != io.EOF {
+		e.Fatalf("%s: got %d messages and then %v; want io.EOF", e.f.Name, got, end)
+	}
+	return got
 }

@@ -91,6 +91,8 @@ func Run(t *testing.T, f Factory) {
 		{"MessageTooLarge", testMessageTooLarge},
 		{"EOF", testEOF},
 		{"EOFNonBlocking", testEOFNonBlocking},
+		{"CloseWrite", testCloseWrite},
+		{"CloseWriteNonBlocking", testCloseWriteNonBlocking},
 		{"ClosedErrors", testClosedErrors},
 		{"CloseWakesReceive", testCloseWakesReceive},
 		{"CloseWakesSend", testCloseWakesSend},

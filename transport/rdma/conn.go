@@ -96,9 +96,10 @@ type Conn struct {
 	sq          []*bufpool.Buffer // buffers of outstanding sends, by sequence number
 	head, tail  uint64            // next sequence number to post; oldest not completed
 	sinceSignal int
-	finWanted   bool
+	finWanted   bool // Close or CloseWrite: a FIN follows the queue, Send fails
 	finSent     bool
-	draining    bool // disconnected; waiting for the queue pair's work requests to flush
+	finSeq      uint64 // the FIN's sequence number, once sent
+	draining    bool   // disconnected; waiting for the queue pair's work requests to flush
 	linger      *time.Timer
 
 	wrs     [verbs.Batch]verbs.Send
@@ -553,7 +554,9 @@ func (c *Conn) receivedLocked(wc *verbs.WC, buf *bufpool.Buffer) (selectionkey.O
 		buf.Release()
 		return 0, fmt.Errorf("rdma: peer: %w", err)
 	}
-	if c.peerFIN {
+	if c.peerFIN && (!m.control || m.fin) {
+		// After its FIN a peer still returns credits, for what this side
+		// sends until it closes, but sends nothing else.
 		buf.Release()
 		return 0, fmt.Errorf("rdma: peer sent after its FIN")
 	}
@@ -634,7 +637,8 @@ func (c *Conn) onSend(wc *verbs.WC, sink *selector.Sink) {
 	if c.pump() {
 		ops |= selectionkey.OpWrite
 	}
-	if c.finSent && c.tail == c.head && !c.draining {
+	if c.closed && c.finSent && c.tail > c.finSeq && !c.draining {
+		// Everything up to the FIN has arrived: the peer has it all.
 		c.disconnectLocked()
 	}
 	c.checkDrainedKeep()
@@ -727,6 +731,9 @@ func (c *Conn) send(b *bufpool.Buffer) error {
 	for {
 		c.mu.Lock()
 		err := c.writeErrLocked()
+		if err == nil && c.finWanted {
+			err = &net.OpError{Op: "write", Net: "rdma", Source: c.LocalAddr(), Addr: c.raddrOrNil(), Err: channel.ErrWriteClosed}
+		}
 		// A queued message holds a whole buffer of the pool, however
 		// short it is: the queue is bounded in buffers too, so that a
 		// peer that never reads cannot make it hold the pool.
@@ -780,7 +787,9 @@ func (c *Conn) writeErrLocked() error {
 		return c.connErr
 	case c.state != stateEstablished:
 		return &net.OpError{Op: "write", Net: "rdma", Addr: c.raddrOrNil(), Err: channel.ErrNotConnected}
-	case c.peerDone && !c.peerFIN:
+	case c.peerDone && (!c.peerFIN || c.draining):
+		// The peer disconnected: after its FIN, when it closed rather
+		// than closed for writing.
 		return &net.OpError{Op: "write", Net: "rdma", Addr: c.raddrOrNil(), Err: syscall.EPIPE}
 	}
 	return nil
@@ -810,7 +819,7 @@ func (c *Conn) pump() bool {
 	switch {
 	case c.finWanted && !c.finSent && c.queue.len() == 0:
 		if paid, ok := c.spendControl(); ok {
-			c.finSent = true
+			c.finSent, c.finSeq = true, c.head
 			m := c.takeGrants(true)
 			m.fin, m.paid = true, paid
 			c.postControl(m, true)
@@ -971,6 +980,29 @@ func (c *Conn) post(n int) {
 			c.failLocked(fmt.Errorf("rdma: %w", err))
 		}
 	}
+}
+
+// CloseWrite implements channel.Conn: a FIN follows the queued messages,
+// and the connection stays up, receiving, until Close. The peer's Receive
+// returns io.EOF after the messages before the FIN.
+func (c *Conn) CloseWrite() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
+		return c.closedErr("close")
+	case c.finWanted:
+		return nil
+	case c.err != nil:
+		return c.err
+	case c.state == stateFailed:
+		return c.connErr
+	case c.state != stateEstablished:
+		return &net.OpError{Op: "close", Net: "rdma", Addr: c.raddrOrNil(), Err: channel.ErrNotConnected}
+	}
+	c.finWanted = true
+	c.pump()
+	return nil
 }
 
 // Flush implements channel.Conn: queued messages go out as credits come
@@ -1250,9 +1282,17 @@ func (c *Conn) Close() error {
 	switch {
 	case !c.qp.Valid():
 		teardown = true
-	case c.state == stateEstablished && c.err == nil && !c.peerDone && !c.draining:
+	case c.state == stateEstablished && c.err == nil && !c.draining:
+		// Also after the peer's FIN: it closed for writing only, and
+		// reads until ours.
 		c.finWanted = true
 		c.pump()
+		if c.finSent && c.tail > c.finSeq {
+			// CloseWrite's FIN has arrived already.
+			c.disconnectLocked()
+			teardown = c.drainedLocked()
+			break
+		}
 		c.linger = time.AfterFunc(c.t.cfg.Linger, func() {
 			c.mu.Lock()
 			c.dropQueue()

@@ -16,7 +16,8 @@ import (
 //	bit  28     more: the sender spent its last data credit on this
 //	            message and has more waiting (data messages only)
 //	bit  29     paid: a control message sent on a data credit (with bit 31)
-//	bit  30     FIN: the sender closes; nothing follows (with bit 31)
+//	bit  30     FIN: the sender closes for writing; only credit updates
+//	            follow (with bit 31)
 //	bit  31     control: a credit update without payload, not delivered
 //
 // A receiver starts each peer on a small window of credits and widens it
@@ -54,7 +55,7 @@ type imm struct {
 	ctrl    int  // control credits restored
 	control bool // a credit update, not a message
 	paid    bool // a control message spent a data credit
-	fin     bool // the sender closes
+	fin     bool // the sender closes for writing
 	more    bool // credits held back more messages
 }
 

@@ -67,6 +67,8 @@ type Conn struct {
 	queued    int // bytes in the queue, headers included
 	iov       []unix.Iovec
 	werr      error       // sticky
+	wclosed   bool        // CloseWrite was called: Send fails
+	shut      bool        // the socket's sending side is shut down
 	hasQueued atomic.Bool // queue not empty
 	one       [1]queued   // the fast path's message, outside the queue
 }
@@ -327,6 +329,10 @@ func (c *Conn) Send(b *bufpool.Buffer) error {
 		b.Release()
 		return c.werr
 	}
+	if c.wclosed {
+		b.Release()
+		return &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.raddr, Err: channel.ErrWriteClosed}
+	}
 	blocking := c.blocking.Load()
 	if c.queued >= c.t.cfg.SendQueue {
 		if blocking {
@@ -399,6 +405,31 @@ func (c *Conn) Flush() error {
 	return err
 }
 
+// CloseWrite implements channel.Conn: the socket's sending side is shut
+// down (shutdown(SHUT_WR)) once the queue has reached it, so the peer
+// reads every queued message before the end of the stream.
+func (c *Conn) CloseWrite() error {
+	if !c.fd.acquire() {
+		return c.closedErr("close")
+	}
+	defer c.fd.release()
+	if err := c.checkConnected("close"); err != nil {
+		return err
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.wclosed {
+		return nil
+	}
+	c.wclosed = true
+	if c.werr != nil {
+		return c.werr
+	}
+	err := c.flush()
+	c.queueChanged()
+	return err
+}
+
 // drain flushes the whole queue, waiting for the socket; wmu held.
 func (c *Conn) drain() error {
 	for {
@@ -436,6 +467,15 @@ func (c *Conn) flush() error {
 	if c.qhead == len(c.queue) {
 		clear(c.queue)
 		c.queue, c.qhead = c.queue[:0], 0
+		if c.wclosed && !c.shut {
+			// The last queued byte is in the socket: the end of the
+			// stream follows it.
+			c.shut = true
+			if err := unix.Shutdown(c.fd.fd, unix.SHUT_WR); err != nil {
+				c.werr = opError("write", c.raddr, "shutdown", err)
+				return c.werr
+			}
+		}
 	} else if c.qhead > 1024 && c.qhead > len(c.queue)/2 {
 		n := copy(c.queue, c.queue[c.qhead:])
 		clear(c.queue[n:])
