@@ -57,3 +57,38 @@ func TestConformanceSRQ(t *testing.T) {
 	tr, addr := newTransport(t, Config{SharedReceiveQueue: true, SRQSize: 64, MaxMessageSize: 64 << 10})
 	channeltest.Run(t, factory(tr, addr, "rdma-srq"))
 }
+
+// TestAddrs checks that listeners and both ends of a connection report
+// their addresses as *Addr, which a dial accepts back.
+func TestAddrs(t *testing.T) {
+	tr, addr := newTransport(t, Config{})
+	l, err := tr.Listen(context.Background(), net.JoinHostPort(addr, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan channel.Conn, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			t.Error(err)
+		}
+		accepted <- c
+	}()
+	c, err := tr.Dial(context.Background(), l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := <-accepted
+	if s == nil {
+		return
+	}
+	defer s.Close()
+	for _, a := range []net.Addr{l.Addr(), c.LocalAddr(), c.RemoteAddr(), s.LocalAddr(), s.RemoteAddr()} {
+		ra, ok := a.(*Addr)
+		if !ok || ra.Network() != "rdma" || ra.IP == nil || ra.Port == 0 {
+			t.Errorf("address %#v: want an *rdma.Addr with an IP and a port", a)
+		}
+	}
+}

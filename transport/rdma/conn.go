@@ -40,8 +40,8 @@ type Conn struct {
 	t        *Transport
 	cm       *cmEvents
 	id       verbs.ID
-	laddr    atomic.Pointer[net.TCPAddr]
-	raddr    atomic.Pointer[net.TCPAddr]
+	laddr    atomic.Pointer[Addr]
+	raddr    atomic.Pointer[Addr]
 	blocking atomic.Bool
 	max      atomic.Int64 // largest message in either direction
 	reg      atomic.Pointer[selector.Registration]
@@ -109,7 +109,7 @@ type Conn struct {
 	readq, writeq, connq waitq // blocked Receive, Send and Flush, connect
 }
 
-func (t *Transport) newConn(raddr *net.TCPAddr) (*Conn, error) {
+func (t *Transport) newConn(raddr *Addr) (*Conn, error) {
 	c := &Conn{
 		t: t,
 	}
@@ -132,7 +132,7 @@ func (t *Transport) newConn(raddr *net.TCPAddr) (*Conn, error) {
 }
 
 // connect starts an active connection.
-func (t *Transport) connect(raddr *net.TCPAddr) (*Conn, error) {
+func (t *Transport) connect(raddr *Addr) (*Conn, error) {
 	c, err := t.newConn(raddr)
 	if err != nil {
 		return nil, opError("dial", raddr, err)
@@ -432,9 +432,9 @@ func (c *Conn) established(private []byte, sink *selector.Sink) {
 		return
 	}
 	c.pump()
-	c.laddr.Store(c.id.LocalAddr())
+	c.laddr.Store(rdmaAddr(c.id.LocalAddr()))
 	if c.raddr.Load() == nil {
-		c.raddr.Store(c.id.PeerAddr())
+		c.raddr.Store(rdmaAddr(c.id.PeerAddr()))
 	}
 	if c.connTimer != nil {
 		c.connTimer.Stop()

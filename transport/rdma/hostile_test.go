@@ -205,7 +205,7 @@ func TestHalfOpenHandshakeTimesOut(t *testing.T) {
 		}
 		t.Fatalf("no %v event", want)
 	}
-	la := l.Addr().(*net.TCPAddr)
+	la := l.Addr().(*Addr)
 	if err := id.ResolveAddr(la.IP.String(), la.Port, 2000); err != nil {
 		t.Fatal(err)
 	}

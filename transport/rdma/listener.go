@@ -26,7 +26,7 @@ type Listener struct {
 	t        *Transport
 	cm       *cmEvents
 	id       verbs.ID
-	laddr    *net.TCPAddr
+	laddr    *Addr
 	blocking atomic.Bool
 	reg      atomic.Pointer[selector.Registration]
 
@@ -37,7 +37,7 @@ type Listener struct {
 	acceptq waitq              // blocked Accepts
 }
 
-func (t *Transport) listen(laddr *net.TCPAddr) (*Listener, error) {
+func (t *Transport) listen(laddr *Addr) (*Listener, error) {
 	l := &Listener{t: t, pending: make(map[*Conn]struct{})}
 	cm, err := newCMEvents(t, l)
 	if err != nil {
@@ -60,7 +60,7 @@ func (t *Transport) listen(laddr *net.TCPAddr) (*Listener, error) {
 		cm.mu.Unlock()
 		return nil, opError("listen", laddr, err)
 	}
-	l.laddr = l.id.LocalAddr()
+	l.laddr = rdmaAddr(l.id.LocalAddr())
 	if l.laddr == nil {
 		l.laddr = laddr
 	}

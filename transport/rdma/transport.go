@@ -383,7 +383,7 @@ func (t *Transport) Connect(ctx context.Context, address string) (*Conn, error) 
 	if err != nil {
 		return nil, err
 	}
-	return t.connect(raddr)
+	return t.connect(rdmaAddr(raddr))
 }
 
 // Listen listens on address, in blocking mode. The address must be one of
@@ -393,7 +393,7 @@ func (t *Transport) Listen(ctx context.Context, address string) (*Listener, erro
 	if err != nil {
 		return nil, err
 	}
-	return t.listen(laddr)
+	return t.listen(rdmaAddr(laddr))
 }
 
 // opError wraps an error the way package net does.
