@@ -5,6 +5,7 @@
 //
 //	echo server -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT [-spin DURATION] [-metrics-addr ADDR]
 //	echo client -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT -size BYTES -n COUNT -conns N [-depth D] [-warmup W] [-spin DURATION] [-oneway]
+//	echo demo [-rdma IP]
 //	echo
 //
 // The server echoes back every byte it receives. Once it listens it prints
@@ -33,6 +34,10 @@
 //
 // With no arguments, echo runs a demo: a server and a client in one process
 // on 127.0.0.1, over a few message sizes, for each api, printing a table.
+// "echo demo" does the same; with -rdma IP, the servers listen on IP, the
+// address of an RDMA device, and after each api's TCP rows come its rows
+// over RDMA, for the apis that have it, so that the two can be compared
+// within one run. Without an RDMA device it fails before running anything.
 //
 // -api gonet uses Go's net package, -api conn uses rubin.Listen and
 // rubin.DialContext, and -api channel uses rubin's channels and selector.
@@ -86,7 +91,8 @@ const maxSize = 64 << 20
 const usageText = `usage:
   echo server -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT [-spin DURATION] [-metrics-addr ADDR]
   echo client -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT -size BYTES -n COUNT -conns N [-depth D] [-warmup W] [-spin DURATION] [-oneway]
-  echo          (no arguments: a demo over 127.0.0.1)
+  echo demo [-rdma IP]
+  echo          (no arguments: the demo over 127.0.0.1)
 `
 
 // errUsage marks an error in the command line.
@@ -98,7 +104,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch {
 	case len(args) == 0:
-		err = runDemo(ctx, stdout, stderr)
+		err = runDemo(ctx, demoConfig{ip: "127.0.0.1", runs: demoRuns}, stdout, stderr)
+	case args[0] == "demo":
+		err = runDemoCommand(ctx, args[1:], stdout, stderr)
 	case args[0] == "server":
 		err = runServerCommand(ctx, args[1:], stdout, stderr)
 	case args[0] == "client":
