@@ -28,6 +28,15 @@ var demoRuns = []demoRun{
 	{size: 100 << 10, n: 5000},
 }
 
+// quickRuns returns runs with a tenth of the messages each.
+func quickRuns(runs []demoRun) []demoRun {
+	quick := make([]demoRun, len(runs))
+	for i, r := range runs {
+		quick[i] = demoRun{size: r.size, n: max(1, r.n/10)}
+	}
+	return quick
+}
+
 // demoConfig says what the demo runs.
 type demoConfig struct {
 	// ip is the address the servers listen on: 127.0.0.1, or with rdma
@@ -44,10 +53,14 @@ type demoConfig struct {
 func runDemoCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("demo", stderr)
 	rdmaIP := fs.String("rdma", "", "also run the apis that have RDMA over it, on the RDMA device with this `IP` address; TCP then uses it too")
+	quick := fs.Bool("quick", false, "a tenth of the messages, for slow machines such as an emulated one")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	cfg := demoConfig{ip: "127.0.0.1", runs: demoRuns}
+	if *quick {
+		cfg.runs = quickRuns(demoRuns)
+	}
 	if *rdmaIP != "" {
 		if net.ParseIP(*rdmaIP) == nil {
 			return fmt.Errorf("%w: -rdma %q is not an IP address", errUsage, *rdmaIP)
@@ -160,7 +173,8 @@ func demoAPI(ctx context.Context, name string, a api, network string, cfg demoCo
 			conns:   1,
 			depth:   1,
 		}
-		s, err := runClient(ctx, a, ccfg, r.n, defaultWarmup(r.n), stderr)
+		// No progress lines: the rows are the demo's progress.
+		s, err := runClient(ctx, a, ccfg, r.n, defaultWarmup(r.n), io.Discard)
 		if err != nil {
 			return fmt.Errorf("size %s: %w", formatSize(r.size), err)
 		}

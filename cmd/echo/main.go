@@ -5,7 +5,7 @@
 //
 //	echo server -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT [-spin DURATION] [-metrics-addr ADDR]
 //	echo client -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT -size BYTES -n COUNT -conns N [-depth D] [-warmup W] [-spin DURATION] [-oneway]
-//	echo demo [-rdma IP]
+//	echo demo [-rdma IP] [-quick]
 //	echo
 //
 // The server echoes back every byte it receives. Once it listens it prints
@@ -38,6 +38,7 @@
 // address of an RDMA device, and after each api's TCP rows come its rows
 // over RDMA, for the apis that have it, so that the two can be compared
 // within one run. Without an RDMA device it fails before running anything.
+// -quick sends a tenth of the messages, for slow (emulated) machines.
 //
 // -api gonet uses Go's net package, -api conn uses rubin.Listen and
 // rubin.DialContext, and -api channel uses rubin's channels and selector.
@@ -91,7 +92,7 @@ const maxSize = 64 << 20
 const usageText = `usage:
   echo server -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT [-spin DURATION] [-metrics-addr ADDR]
   echo client -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT -size BYTES -n COUNT -conns N [-depth D] [-warmup W] [-spin DURATION] [-oneway]
-  echo demo [-rdma IP]
+  echo demo [-rdma IP] [-quick]
   echo          (no arguments: the demo over 127.0.0.1)
 `
 
