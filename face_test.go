@@ -79,8 +79,8 @@ func testEchoSmoke(t *testing.T, network string) {
 // messages, and exports them as metrics.
 func TestStatsRDMA(t *testing.T) {
 	address := testAddr(t, "rdma")
-	cfg := rubin.Config{Transport: "rdma", MaxMessageSize: 64 << 10, Pollers: 2} // a stack of its own
-	c, peer := dialPair(t, cfg, address)
+	s := newStack(t, rubin.Config{Transport: "rdma", MaxMessageSize: 64 << 10, Pollers: 2})
+	c, peer := dialPair(t, s, address)
 	p := bytes.Repeat([]byte{7}, 100<<10) // two messages
 	if _, err := c.Write(p); err != nil {
 		t.Fatal(err)
@@ -88,10 +88,7 @@ func TestStatsRDMA(t *testing.T) {
 	if _, err := io.ReadFull(peer, make([]byte, len(p))); err != nil {
 		t.Fatal(err)
 	}
-	st, err := cfg.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := s.Stats()
 	if tr := st.Transport; tr.ConnsOpened != 2 || tr.MessagesOut != 2 || tr.MessagesIn != 2 || tr.BytesIn != uint64(len(p)) {
 		t.Errorf("transport counters %+v, want 2 connections opened and 2 messages of %d bytes in all each way", tr, len(p))
 	}
@@ -99,9 +96,7 @@ func TestStatsRDMA(t *testing.T) {
 		t.Errorf("%d selectors counted, want 2", len(st.Selectors))
 	}
 	m := metrics.New()
-	if err := m.AddStack("rdma", &cfg); err != nil {
-		t.Fatal(err)
-	}
+	m.AddStack("rdma", s)
 	if n := testutil.CollectAndCount(m, "rubin_transport_messages_received_total"); n != 1 {
 		t.Errorf("%d series of rubin_transport_messages_received_total, want 1", n)
 	}
@@ -110,7 +105,8 @@ func TestStatsRDMA(t *testing.T) {
 // TestRDMAUnavailable checks the errors of the RDMA transport where it
 // cannot run: without cgo or Linux, or without an RDMA device.
 func TestRDMAUnavailable(t *testing.T) {
-	if _, err := (&rubin.Config{Transport: "rdma"}).Stats(); err == nil {
+	if s, err := rubin.NewStack(rubin.Config{Transport: "rdma"}); err == nil {
+		s.Close()
 		t.Skip("the RDMA transport is available here")
 	}
 	_, dialErr := rubin.Dial("rdma", "192.0.2.1:7100")
@@ -130,8 +126,8 @@ func TestRDMAUnavailable(t *testing.T) {
 // does not read waits for the socket to drain instead of spinning with the
 // poller: the poller's select count stays small while the writer waits.
 func TestBlockedWriteSleeps(t *testing.T) {
-	cfg := rubin.Config{MaxMessageSize: 64 << 10, Pollers: 1} // a stack of its own
-	c, _ := dialPair(t, cfg, "127.0.0.1:0")                   // the peer never reads
+	s := newStack(t, rubin.Config{MaxMessageSize: 64 << 10, Pollers: 1})
+	c, _ := dialPair(t, s, "127.0.0.1:0") // the peer never reads
 
 	writeErr := make(chan error, 1)
 	go func() {
@@ -144,11 +140,7 @@ func TestBlockedWriteSleeps(t *testing.T) {
 		}
 	}()
 	selects := func() uint64 {
-		st, err := cfg.Stats()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st.Selectors[0].Selects
+		return s.Stats().Selectors[0].Selects
 	}
 	// Wait until the writer is stuck: the count stops moving for three
 	// windows in a row (on an emulated CPU the peer's side may still be
@@ -176,12 +168,23 @@ func TestBlockedWriteSleeps(t *testing.T) {
 	}
 }
 
-// dialPair listens on address with cfg, dials the listener and returns both
+// newStack makes a Stack for cfg, closed when the test ends.
+func newStack(t testing.TB, cfg rubin.Config) *rubin.Stack {
+	t.Helper()
+	s, err := rubin.NewStack(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// dialPair listens on address with s, dials the listener and returns both
 // ends, closed when the test ends.
-func dialPair(t *testing.T, cfg rubin.Config, address string) (c, peer net.Conn) {
+func dialPair(t *testing.T, s *rubin.Stack, address string) (c, peer net.Conn) {
 	t.Helper()
 	ctx := context.Background()
-	ln, err := cfg.Listen(ctx, address)
+	ln, err := s.Listen(ctx, address)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +197,7 @@ func dialPair(t *testing.T, cfg rubin.Config, address string) (c, peer net.Conn)
 		}
 		accepted <- p
 	}()
-	c, err = cfg.Dial(ctx, ln.Addr().String())
+	c, err = s.Dial(ctx, ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,13 @@ func (l *listener) Accept() (net.Conn, error) {
 
 // serve registers an accepted channel with a poller for reading: the
 // listener's own if the transport bound the channel to it, else the next.
+// Once the stack is closing it closes the channel instead.
 func (l *listener) serve(ch anytransport.Conn) (net.Conn, error) {
+	if !l.s.g.enter() {
+		ch.Close()
+		return nil, l.closedErr()
+	}
+	defer l.s.g.leave()
 	p := l.p
 	if !l.s.tr.AcceptsOnListenerSelector() {
 		p = l.s.pick()

@@ -119,22 +119,13 @@ func (c *Collector) AddTransport(name string, tr Transport, pollers ...*selector
 	c.stacks[name] = read
 }
 
-// AddStack exports the stack of cfg (package rubin's net.Conn face,
-// creating the stack if needed): its transport, buffer pool and pollers'
-// selectors, with the label stack=name. It replaces any stack of that
-// name.
-func (c *Collector) AddStack(name string, cfg *rubin.Config) error {
-	if _, err := cfg.Stats(); err != nil {
-		return err
-	}
-	read := func() rubin.Stats {
-		st, _ := cfg.Stats() // the stack exists: it cannot fail now
-		return st
-	}
+// AddStack exports s (package rubin's net.Conn face): its transport,
+// buffer pool and pollers' selectors, with the label stack=name. It
+// replaces any stack of that name.
+func (c *Collector) AddStack(name string, s *rubin.Stack) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.stacks[name] = read
-	return nil
+	c.stacks[name] = s.Stats
 }
 
 // Describe implements prometheus.Collector.

@@ -103,11 +103,13 @@ rubin_transport_sent_bytes_total{stack="tcp"} 30
 // series carry a poller label, one per poller, and that the series pass
 // Prometheus' naming lint (counters end in _total).
 func TestStackLabels(t *testing.T) {
-	cfg := rubin.Config{Pollers: 2, MaxMessageSize: 4 << 10} // a stack of its own
-	c := metrics.New()
-	if err := c.AddStack("face", &cfg); err != nil {
+	s, err := rubin.NewStack(rubin.Config{Pollers: 2, MaxMessageSize: 4 << 10})
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer s.Close()
+	c := metrics.New()
+	c.AddStack("face", s)
 	reg := prometheus.NewPedanticRegistry()
 	if err := reg.Register(c); err != nil {
 		t.Fatal(err)

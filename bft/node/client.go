@@ -77,6 +77,7 @@ type Client struct {
 	log    *slog.Logger
 	m      *clientMetrics
 	ep     *endpoint
+	tr     transport
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the core's goroutine exited
@@ -190,9 +191,9 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: client %d: metrics: %w", cfg.ID, err)
 	}
-	tr := rubin.Config{Transport: cfg.Network}
-	if cfg.Transport != nil {
-		tr = *cfg.Transport
+	tr, err := openTransport(cfg.Network, cfg.Transport)
+	if err != nil {
+		return nil, fmt.Errorf("node: client %d: %w", cfg.ID, err)
 	}
 	free := make([]*slot, len(slots))
 	for i := range slots {
@@ -214,6 +215,7 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		links:   make([]*conn, n),
 		out:     make([][][]byte, n),
 		enc:     encoder{minSize: 16 << 10},
+		tr:      tr,
 	}
 	c.ctx, c.cancel = context.WithCancel(ctx)
 	c.ep = &endpoint{
@@ -241,7 +243,7 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		c.ep.wg.Add(1)
 		go func() {
 			defer c.ep.wg.Done()
-			c.ep.dialLoop(c.ctx, tr.Dial, addr, link.Replica(uint64(i)), key)
+			c.ep.dialLoop(c.ctx, tr.dial, addr, link.Replica(uint64(i)), key)
 		}()
 	}
 	go c.loop()
@@ -334,6 +336,7 @@ func (c *Client) Close() error {
 		<-c.done
 		c.ep.close()
 		c.ep.wg.Wait()
+		c.tr.close()
 	})
 	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -34,25 +33,18 @@ func testCore() bft.Config {
 	return bft.Config{CheckpointInterval: 16, WatermarkWindow: 64, RequestTicks: 50, ViewChangeTicks: 50, FetchTicks: 10}
 }
 
-var (
-	warmMu sync.Mutex
-	warmed = map[int]bool{}
-)
+var warmed sync.Once
 
-// warm creates rubin's shared TCP stack (poller goroutines that live as
-// long as the process; one stack per GOMAXPROCS value, see rubin.Config)
-// before a leak check takes its baseline.
+// warm creates rubin's default TCP stack (poller goroutines that live as
+// long as the process) before a leak check takes its baseline.
 func warm(t testing.TB) {
-	warmMu.Lock()
-	defer warmMu.Unlock()
-	if p := runtime.GOMAXPROCS(0); !warmed[p] {
+	warmed.Do(func() {
 		ln, err := rubin.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		ln.Close()
-		warmed[p] = true
-	}
+	})
 }
 
 func testLogger(t testing.TB) *slog.Logger {

@@ -126,7 +126,7 @@ type Replica struct {
 	log    *slog.Logger
 	m      *replicaMetrics
 	ep     *endpoint
-	tr     rubin.Config
+	tr     *rubin.Config // nil: cfg.Network's default stack
 	addr   atomic.Pointer[string]
 	status atomic.Pointer[bft.Status]
 	ready  chan struct{}
@@ -229,10 +229,6 @@ func NewReplica(cfg ReplicaConfig) (*Replica, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: replica %d: metrics: %w", cfg.ID, err)
 	}
-	tr := rubin.Config{Transport: cfg.Network}
-	if cfg.Transport != nil {
-		tr = *cfg.Transport
-	}
 	r := &Replica{
 		cfg:     cfg,
 		n:       n,
@@ -240,7 +236,7 @@ func NewReplica(cfg ReplicaConfig) (*Replica, error) {
 		store:   store,
 		log:     log,
 		m:       m,
-		tr:      tr,
+		tr:      cfg.Transport,
 		ready:   make(chan struct{}),
 		inbound: make(chan inbound, cfg.InboundQueue),
 		batches: make(map[*conn]int),
@@ -317,10 +313,14 @@ func (r *Replica) Run(ctx context.Context) error {
 	if !r.ran.CompareAndSwap(false, true) {
 		return errors.New("node: Replica.Run called twice")
 	}
+	tr, err := openTransport(r.cfg.Network, r.tr)
+	if err != nil {
+		return fmt.Errorf("node: replica %d: %w", r.cfg.ID, err)
+	}
+	defer tr.close()
 	ln := r.cfg.Listener
 	if ln == nil {
-		var err error
-		ln, err = r.tr.Listen(ctx, r.Addr())
+		ln, err = tr.listen(ctx, r.Addr())
 		if err != nil {
 			return fmt.Errorf("node: replica %d: listen on %s: %w", r.cfg.ID, r.Addr(), err)
 		}
@@ -329,7 +329,7 @@ func (r *Replica) Run(ctx context.Context) error {
 	r.addr.Store(&addr)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	r.log.Info("listening", "addr", addr, "network", r.tr.Transport)
+	r.log.Info("listening", "addr", addr, "network", tr.name())
 	close(r.ready)
 
 	ep := r.ep
@@ -348,7 +348,7 @@ func (r *Replica) Run(ctx context.Context) error {
 		ep.wg.Add(1)
 		go func() {
 			defer ep.wg.Done()
-			ep.dialLoop(ctx, r.tr.Dial, addr, link.Replica(uint64(j)), key)
+			ep.dialLoop(ctx, tr.dial, addr, link.Replica(uint64(j)), key)
 		}()
 	}
 
