@@ -28,6 +28,9 @@
 //	d := &rubin.Dialer{Stack: s}
 //	client := &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
 //
+// Off Linux, where rubin's selector does not run, "tcp" still works: it
+// carries package net's connections.
+//
 // Underneath, every connection is a message channel (package channel)
 // registered with a selector (package selector); a few poller goroutines
 // run the selectors and hand received messages to readers. Read and Write

@@ -25,6 +25,10 @@ import (
 // a Stack, use a default Stack per network that lives as long as the
 // process, like the runtime's network poller.
 //
+// Where the selector is not supported (off Linux), a "tcp" Stack carries
+// package net's connections instead of rubin's channels, and its Stats
+// are zero.
+//
 // A Stack is made by NewStack; the zero Stack is not usable. Multiple
 // goroutines may invoke methods on a Stack simultaneously.
 type Stack struct {
@@ -195,15 +199,6 @@ type poller struct {
 // A waiter is what a poller hands readiness to: the key's attachment.
 type waiter interface {
 	ready(k *selectionkey.Key)
-}
-
-// openBackend opens the transport cfg names, served by selectors.
-func openBackend(cfg Config, g *guard) (backend, error) {
-	s, err := newStack(cfg, g)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
 }
 
 func newStack(cfg Config, g *guard) (*stack, error) {

@@ -25,7 +25,8 @@ type stackKind struct {
 }
 
 // stackKinds are the backends a "tcp" Stack has: rubin's channels served by
-// selectors.
+// selectors, and package net's connections where the selector is not
+// supported.
 var stackKinds = []stackKind{
 	{"selector", func(t *testing.T) *rubin.Stack {
 		s, err := rubin.NewStack(rubin.Config{Pollers: 2})
@@ -34,6 +35,7 @@ var stackKinds = []stackKind{
 		}
 		return s
 	}},
+	{"net", func(*testing.T) *rubin.Stack { return rubin.NewNetStack() }},
 }
 
 // TestStackClose has a Stack listen, accept, dial and transfer, with calls
@@ -54,18 +56,7 @@ func TestStackClose(t *testing.T) {
 				t.Fatal(err)
 			}
 			c, peer := pair(t, s, ln)
-			if _, err := c.Write([]byte("ping")); err != nil {
-				t.Fatal(err)
-			}
-			if got := readN(t, peer, 4); got != "ping" {
-				t.Fatalf("peer read %q, want ping", got)
-			}
-			if _, err := peer.Write([]byte("pong")); err != nil {
-				t.Fatal(err)
-			}
-			if got := readN(t, c, 4); got != "pong" {
-				t.Fatalf("read %q, want pong", got)
-			}
+			exchange(t, c, peer)
 
 			// Connections whose peers are not the Stack's, so that the
 			// peers stay open: a Read sees the Stack's Close, not EOF.
@@ -179,13 +170,24 @@ func pair(t *testing.T, s *rubin.Stack, ln net.Listener) (c, peer net.Conn) {
 	return c, peer
 }
 
-func readN(t *testing.T, c net.Conn, n int) string {
+// exchange sends "ping" from c to peer and "pong" back.
+func exchange(t *testing.T, c, peer net.Conn) {
 	t.Helper()
-	b := make([]byte, n)
-	if _, err := io.ReadFull(c, b); err != nil {
-		t.Fatal(err)
+	for _, m := range []struct {
+		from, to net.Conn
+		msg      string
+	}{{c, peer, "ping"}, {peer, c, "pong"}} {
+		if _, err := m.from.Write([]byte(m.msg)); err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, len(m.msg))
+		if _, err := io.ReadFull(m.to, b); err != nil {
+			t.Fatal(err)
+		}
+		if string(b) != m.msg {
+			t.Fatalf("read %q, want %q", b, m.msg)
+		}
 	}
-	return string(b)
 }
 
 // blackhole returns a loopback address whose connects stay pending: a
@@ -308,12 +310,7 @@ func TestStackCloseRDMA(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, peer := pair(t, s, ln)
-	if _, err := c.Write([]byte("ping")); err != nil {
-		t.Fatal(err)
-	}
-	if got := readN(t, peer, 4); got != "ping" {
-		t.Fatalf("peer read %q, want ping", got)
-	}
+	exchange(t, c, peer)
 	accepted := make(chan error, 1)
 	go func() { _, err := ln.Accept(); accepted <- err }()
 	if err := s.Close(); err != nil {
