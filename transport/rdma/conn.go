@@ -860,8 +860,17 @@ func (c *Conn) spendControl() (paid, ok bool) {
 // updateDue reports whether the peer should get its credits back in a
 // credit update, since no message is going to carry them: half the window
 // is waiting, or the peer has none left.
+//
+// Credits that the peer's paid control messages took normally wait for
+// the next message. After our FIN only credit updates follow, so they are
+// owed like the others: a peer whose last paid update spent its last
+// credit would otherwise wait for them forever.
 func (c *Conn) updateDue() bool {
-	g := min(c.toReturn+c.widened, c.room())
+	owed := c.toReturn + c.widened
+	if c.finSent {
+		owed += c.quiet
+	}
+	g := min(owed, c.room())
 	return g > 0 && (g >= max(1, c.window/2) || c.granted == 0)
 }
 
