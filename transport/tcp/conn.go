@@ -32,7 +32,7 @@ const maxIovecs = 64
 var errRegisteredTwice = errors.New("tcp: channel already registered with a selector")
 
 // Conn is a TCP message channel. It implements channel.Conn, and
-// selector.Selectable and selector.Source so that a selector can watch it.
+// selector.Selectable so that a selector can watch it.
 //
 // One goroutine may Receive while another Sends; Close may be called from
 // any goroutine at any time.
@@ -81,7 +81,7 @@ type queued struct {
 var (
 	_ channel.Conn        = (*Conn)(nil)
 	_ selector.Selectable = (*Conn)(nil)
-	_ selector.Source     = (*Conn)(nil)
+	_ selector.Source     = (*connSource)(nil)
 )
 
 func (t *Transport) newConn(fd int, raddr *net.TCPAddr) *Conn {
@@ -160,7 +160,7 @@ func (c *Conn) finishConnect(wait time.Duration) (bool, error) {
 		return false, c.connErr
 	}
 	c.connected()
-	_ = c.update(c, c.want)
+	_ = c.update(c.source(), c.want)
 	return true, nil
 }
 
@@ -575,7 +575,7 @@ func (c *Conn) queueChanged() {
 	if c.hasQueued.Swap(has) == has {
 		return
 	}
-	_ = c.update(c, c.want)
+	_ = c.update(c.source(), c.want)
 	if !has {
 		// Drained, perhaps outside Handle (by Send or Flush): once the
 		// queue is gone, no descriptor will say so.
@@ -688,7 +688,7 @@ func (c *Conn) Bind(r *selector.Registration) error {
 	if c.closing.Load() {
 		return c.closedErr("register")
 	}
-	if err := c.bind(c, r, c.want); err != nil {
+	if err := c.bind(c.source(), r, c.want); err != nil {
 		return err
 	}
 	if ops := c.ReadyOps() & r.Key().Interest(); ops != 0 {
@@ -699,14 +699,14 @@ func (c *Conn) Bind(r *selector.Registration) error {
 
 // InterestChanged implements selector.Selectable.
 func (c *Conn) InterestChanged(r *selector.Registration) {
-	_ = c.update(c, c.want)
+	_ = c.update(c.source(), c.want)
 	if ops := c.ReadyOps() & r.Key().Interest(); ops != 0 {
 		r.Ready(ops)
 	}
 }
 
 // Unbind implements selector.Selectable.
-func (c *Conn) Unbind(r *selector.Registration) { c.unbind(c, r) }
+func (c *Conn) Unbind(r *selector.Registration) { c.unbind(c.source(), r) }
 
 // want maps an interest set to the epoll events the connection needs: a
 // queue waiting for room needs EPOLLOUT whatever the interest.
@@ -728,12 +728,23 @@ func (c *Conn) want(interest selectionkey.Ops) uint32 {
 	return ev
 }
 
-// FD implements selector.Source.
-func (c *Conn) FD() int { return c.fd.fd }
+// connSource is a Conn as its selector's epoll sees it: a descriptor and
+// what to do with its events. It keeps FD and Handle, which only the
+// selector calls, out of Conn's methods.
+type connSource Conn
 
-// Handle implements selector.Source. A writable socket with a queue gets
-// flushed here, on the selecting goroutine, unless a Send is flushing.
-func (c *Conn) Handle(events uint32, sink *selector.Sink) {
+func (c *Conn) source() *connSource { return (*connSource)(c) }
+
+// FD implements selector.Source.
+func (s *connSource) FD() int { return s.fd.fd }
+
+// Handle implements selector.Source.
+func (s *connSource) Handle(events uint32, sink *selector.Sink) { (*Conn)(s).handle(events, sink) }
+
+// handle handles the socket's epoll events. A writable socket with a queue
+// gets flushed here, on the selecting goroutine, unless a Send is
+// flushing.
+func (c *Conn) handle(events uint32, sink *selector.Sink) {
 	r := c.reg.Load()
 	if r == nil {
 		return

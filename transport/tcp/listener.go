@@ -25,7 +25,7 @@ type Listener struct {
 var (
 	_ channel.Listener    = (*Listener)(nil)
 	_ selector.Selectable = (*Listener)(nil)
-	_ selector.Source     = (*Listener)(nil)
+	_ selector.Source     = (*listenerSource)(nil)
 )
 
 // Accept waits for (in blocking mode) and returns the next connection, in
@@ -125,14 +125,14 @@ func (l *Listener) Bind(r *selector.Registration) error {
 	if l.closing.Load() {
 		return l.closedErr()
 	}
-	return l.bind(l, r, l.want)
+	return l.bind(l.source(), r, l.want)
 }
 
 // InterestChanged implements selector.Selectable.
-func (l *Listener) InterestChanged(*selector.Registration) { _ = l.update(l, l.want) }
+func (l *Listener) InterestChanged(*selector.Registration) { _ = l.update(l.source(), l.want) }
 
 // Unbind implements selector.Selectable.
-func (l *Listener) Unbind(r *selector.Registration) { l.unbind(l, r) }
+func (l *Listener) Unbind(r *selector.Registration) { l.unbind(l.source(), r) }
 
 func (l *Listener) want(interest selectionkey.Ops) uint32 {
 	if interest&selectionkey.OpAccept != 0 {
@@ -141,12 +141,18 @@ func (l *Listener) want(interest selectionkey.Ops) uint32 {
 	return 0
 }
 
+// listenerSource is a Listener as its selector's epoll sees it, as
+// connSource is a Conn.
+type listenerSource Listener
+
+func (l *Listener) source() *listenerSource { return (*listenerSource)(l) }
+
 // FD implements selector.Source.
-func (l *Listener) FD() int { return l.fd.fd }
+func (s *listenerSource) FD() int { return s.fd.fd }
 
 // Handle implements selector.Source.
-func (l *Listener) Handle(events uint32, sink *selector.Sink) {
-	if r := l.reg.Load(); r != nil {
+func (s *listenerSource) Handle(events uint32, sink *selector.Sink) {
+	if r := s.reg.Load(); r != nil {
 		sink.Ready(r, selectionkey.OpAccept)
 	}
 }
