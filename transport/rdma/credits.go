@@ -70,8 +70,15 @@ func (c *Conn) updateDue() bool {
 	if c.finSent {
 		owed += c.quiet
 	}
-	g := min(owed, c.room())
-	return g > 0 && (g >= max(1, c.window/2) || c.granted == 0)
+	room := c.room()
+	if g := min(owed, room); g > 0 && (g >= max(1, c.window/2) || c.granted == 0) {
+		return true
+	}
+	// A credit a paid update took may have been the peer's last (a window
+	// of one), and we may have nothing more to send: it goes back at
+	// once, but only on our control credit. Such an update is not paid,
+	// so it asks for no answer, and updates never answer each other.
+	return c.quiet > 0 && c.ctrl > 0 && room > 0 && c.queue.len() == 0
 }
 
 // room is how many posted receives the peer holds no credit for: what

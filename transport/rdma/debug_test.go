@@ -19,6 +19,9 @@ func (t *Transport) dumpState() string {
 		fmt.Fprintf(&sb, "engine home=%v refs=%d completions=%d strays=%d arms=%d stashed=%d selector=%+v\n",
 			k.sel == t.home, e.refs, e.completions.Load(), e.strays.Load(), e.arms.Load(), e.stashed, k.sel.Stats())
 	}
+	if n, why := t.Rejects(); n > 0 {
+		fmt.Fprintf(&sb, "rejected %d connect requests, the last because: %v\n", n, why)
+	}
 	for ch := range t.chans {
 		c, ok := ch.(*Conn)
 		if !ok {

@@ -3,6 +3,7 @@
 package rdma
 
 import (
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -82,22 +83,21 @@ func (l *Listener) handleEvent(ev *verbs.Event, sink *selector.Sink) {
 	_, err := decodeHello(ev.Private)
 	if err != nil {
 		l.t.protoErrs.Add(1)
+	} else if full {
+		err = fmt.Errorf("backlog of %d full, or listener closed", backlog)
 	}
-	if full || err != nil {
-		_ = id.Reject()
-		_ = id.Destroy()
+	if err != nil {
+		l.rejected(id, err)
 		return
 	}
 	t := l.t
 	c, err := t.newConn(nil)
 	if err != nil {
-		_ = id.Reject()
-		_ = id.Destroy()
+		l.rejected(id, err)
 		return
 	}
 	if err := id.Migrate(c.cm.ch); err != nil {
-		_ = id.Reject()
-		_ = id.Destroy()
+		l.rejected(id, err)
 		c.teardown()
 		return
 	}
@@ -108,7 +108,7 @@ func (l *Listener) handleEvent(ev *verbs.Event, sink *selector.Sink) {
 		sel = r.Selector()
 	}
 	if err := c.setupQP(sel); err != nil {
-		_ = id.Reject()
+		l.rejected(id, err)
 		c.teardown()
 		return
 	}
@@ -131,6 +131,15 @@ func (l *Listener) handleEvent(ev *verbs.Event, sink *selector.Sink) {
 		c.mu.Unlock()
 		c.teardown()
 	}
+}
+
+// rejected turns a connect request down and records why, for
+// Transport.LastReject.
+func (l *Listener) rejected(id verbs.ID, why error) {
+	_ = id.Reject()
+	_ = id.Destroy()
+	l.t.rejects.Add(1)
+	l.t.lastReject.Store(&why)
 }
 
 // established moves a connection whose handshake finished to the accept

@@ -50,6 +50,17 @@ type Transport struct {
 	msgsIn, msgsOut, bytesIn, bytesOut atomic.Uint64
 	opened, closedConns, protoErrs     atomic.Uint64
 	widenings                          atomic.Uint64 // receive windows widened, for tests
+	rejects                            atomic.Uint64 // connect requests our listeners turned down
+	lastReject                         atomic.Pointer[error]
+}
+
+// Rejects returns how many connect requests the transport's listeners
+// turned down, and why the last one was.
+func (t *Transport) Rejects() (n uint64, last error) {
+	if p := t.lastReject.Load(); p != nil {
+		last = *p
+	}
+	return t.rejects.Load(), last
 }
 
 type engineKey struct {
