@@ -314,6 +314,21 @@ func (c *conn) opError(op string, err error) error {
 	return &net.OpError{Op: op, Net: c.s.cfg.Transport, Source: c.ch.LocalAddr(), Addr: c.ch.RemoteAddr(), Err: err}
 }
 
+// CloseWrite shuts down the writing side, as *net.TCPConn's does: the
+// peer reads io.EOF after what was written, and this side can still read.
+// Proxies need it to pass an end of stream on.
+func (c *conn) CloseWrite() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.closed.Load() {
+		return c.opError("close", net.ErrClosed)
+	}
+	if err := c.ch.CloseWrite(); err != nil {
+		return c.opError("close", err)
+	}
+	return nil
+}
+
 // Close closes the connection; blocked Reads and Writes return.
 func (c *conn) Close() error {
 	if c.closed.Swap(true) {

@@ -2,6 +2,7 @@ package rubin
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -11,6 +12,7 @@ type deadline struct {
 	mu      sync.Mutex
 	timer   *time.Timer
 	expired chan struct{} // closed when the deadline has passed
+	fired   atomic.Bool   // expired is closed: what passed reads, without mu
 }
 
 // set moves the deadline to t; the zero t means none.
@@ -24,12 +26,17 @@ func (d *deadline) set(t time.Time) {
 	if d.expired == nil || isClosed(d.expired) {
 		d.expired = make(chan struct{})
 	}
+	d.fired.Store(false)
 	switch dur := time.Until(t); {
 	case t.IsZero():
 	case dur > 0:
 		ch := d.expired
-		d.timer = time.AfterFunc(dur, func() { close(ch) })
+		d.timer = time.AfterFunc(dur, func() {
+			d.fired.Store(true) // before the close, which set waits for
+			close(ch)
+		})
 	default:
+		d.fired.Store(true)
 		close(d.expired)
 	}
 }
@@ -44,8 +51,9 @@ func (d *deadline) wait() <-chan struct{} {
 	return d.expired
 }
 
-// passed reports whether the deadline has passed.
-func (d *deadline) passed() bool { return isClosed(d.wait()) }
+// passed reports whether the deadline has passed, without a lock: the
+// read and write paths ask on every call.
+func (d *deadline) passed() bool { return d.fired.Load() }
 
 func isClosed(ch <-chan struct{}) bool {
 	select {

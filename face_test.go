@@ -208,3 +208,61 @@ func dialPair(t *testing.T, s *rubin.Stack, address string) (c, peer net.Conn) {
 	t.Cleanup(func() { peer.Close() })
 	return c, peer
 }
+
+func TestCloseWrite(t *testing.T) { testCloseWrite(t, "tcp") }
+
+func TestCloseWriteRDMA(t *testing.T) { testCloseWrite(t, "rdma") }
+
+// testCloseWrite half-closes a connection, as a proxy passes an end of
+// stream on: the peer reads everything and then io.EOF, and still answers.
+func testCloseWrite(t *testing.T, network string) {
+	ln, err := rubin.Listen(network, testAddr(t, network))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	served := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			served <- err
+			return
+		}
+		defer c.Close()
+		got, err := io.ReadAll(c)
+		if err != nil {
+			served <- err
+			return
+		}
+		_, err = c.Write(append([]byte("got "), got...))
+		served <- err
+	}()
+	c, err := rubin.Dial(network, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	hc, ok := c.(interface{ CloseWrite() error })
+	if !ok {
+		t.Fatalf("%T has no CloseWrite", c)
+	}
+	if err := hc.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write([]byte("more")); err == nil {
+		t.Errorf("Write after CloseWrite succeeded")
+	}
+	answer, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(answer) != "got hello" {
+		t.Errorf("answer %q, want %q", answer, "got hello")
+	}
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+}
