@@ -22,6 +22,15 @@ type Selectable interface {
 	// message already received into user space. It is called on the
 	// selecting goroutine for keys the previous select selected.
 	ReadyOps() selectionkey.Ops
+	// SelectorHooks returns the channel's Hooks. It is called once per
+	// Register. A channel can return an unexported view of itself, which
+	// keeps the hooks out of the channel's own methods.
+	SelectorHooks() Hooks
+}
+
+// Hooks are how a selector tells a channel about the channel's
+// registrations.
+type Hooks interface {
 	// Bind hooks r's key into an event source of r.Selector(). It is
 	// called once per registration, before Register returns. A channel can
 	// be registered with one selector at a time.
@@ -51,7 +60,7 @@ func (s *Selector) Register(ch Selectable, interest selectionkey.Ops, attachment
 	if bad := interest &^ ch.ValidOps(); bad != 0 {
 		return nil, &selectionkey.InvalidOpsError{Ops: bad, Valid: ch.ValidOps()}
 	}
-	r := &Registration{sel: s, ch: ch}
+	r := &Registration{sel: s, ch: ch, hooks: ch.SelectorHooks()}
 	r.key = selectionkey.New(ch, ch.ValidOps(), interest, (*watcher)(r))
 	r.key.Attach(attachment)
 	s.mu.Lock()
@@ -61,7 +70,7 @@ func (s *Selector) Register(ch Selectable, interest selectionkey.Ops, attachment
 	}
 	s.keys[r.key] = r
 	s.mu.Unlock()
-	if err := ch.Bind(r); err != nil {
+	if err := r.hooks.Bind(r); err != nil {
 		s.mu.Lock()
 		delete(s.keys, r.key)
 		s.mu.Unlock()
@@ -80,6 +89,7 @@ type Registration struct {
 	sel     *Selector
 	key     *selectionkey.Key
 	ch      Selectable
+	hooks   Hooks
 	pending atomic.Uint32 // ops reported by Ready, not yet collected
 	queued  atomic.Bool   // in the selector's ready queue
 	bound   atomic.Bool   // Bind succeeded
@@ -110,7 +120,7 @@ func (r *Registration) Ready(ops selectionkey.Ops) {
 
 func (r *Registration) unbind() {
 	if !r.unbound.Swap(true) {
-		r.ch.Unbind(r)
+		r.hooks.Unbind(r)
 	}
 }
 
@@ -119,7 +129,7 @@ type watcher Registration
 
 func (w *watcher) InterestChanged(*selectionkey.Key) {
 	r := (*Registration)(w)
-	r.ch.InterestChanged(r)
+	r.hooks.InterestChanged(r)
 }
 
 func (w *watcher) Canceled(k *selectionkey.Key) {

@@ -48,11 +48,11 @@
 //
 // # Channels
 //
-// A channel that can be registered implements Selectable: Register calls its
-// Bind method with the new key's Registration, and the channel hooks the key
-// into a source of the selector (its own, or a shared one it finds or
-// creates). The channel is told when the key's interest set changes and when
-// the key is canceled.
+// A channel that can be registered implements Selectable: Register calls the
+// Bind method of its Hooks with the new key's Registration, and the channel
+// hooks the key into a source of the selector (its own, or a shared one it
+// finds or creates). The Hooks are told when the key's interest set changes
+// and when the key is canceled.
 //
 // Readiness is level-triggered: a key whose channel is still ready for an
 // operation in its interest set is selected again by the next select. For

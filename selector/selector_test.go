@@ -113,6 +113,7 @@ func (c *fdChan) ValidOps() selectionkey.Ops      { return selectionkey.OpRead |
 func (c *fdChan) ReadyOps() selectionkey.Ops      { return selectionkey.Ops(c.userReady.Load()) }
 func (c *fdChan) FD() int                         { return c.fd }
 func (c *fdChan) Unbind(r *selector.Registration) { c.unbind(r) }
+func (c *fdChan) SelectorHooks() selector.Hooks   { return c }
 
 func (c *fdChan) Bind(r *selector.Registration) error {
 	c.binds.Add(1)
@@ -797,6 +798,7 @@ func (c *polledChan) Bind(r *selector.Registration) error {
 	return nil
 }
 
+func (c *polledChan) SelectorHooks() selector.Hooks            { return c }
 func (c *polledChan) InterestChanged(r *selector.Registration) {}
 func (c *polledChan) Unbind(r *selector.Registration) {
 	c.unbinds.Add(1)

@@ -200,9 +200,20 @@ func (c *Conn) ReadyOps() selectionkey.Ops {
 	return c.readyLocked()
 }
 
-// Bind implements selector.Selectable: the connection's event channel
-// moves into the selector's epoll.
-func (c *Conn) Bind(r *selector.Registration) error {
+// SelectorHooks implements selector.Selectable.
+func (c *Conn) SelectorHooks() selector.Hooks { return (*connHooks)(c) }
+
+// connHooks is a Conn as its selector sees it: it keeps Bind,
+// InterestChanged and Unbind, which only the selector calls, out of Conn's
+// methods.
+type connHooks Conn
+
+var _ selector.Hooks = (*connHooks)(nil)
+
+// Bind implements selector.Hooks: the connection's event channel moves
+// into the selector's epoll.
+func (h *connHooks) Bind(r *selector.Registration) error {
+	c := (*Conn)(h)
 	c.mu.Lock()
 	closed := c.closed
 	c.mu.Unlock()
@@ -227,16 +238,18 @@ func (c *Conn) Bind(r *selector.Registration) error {
 	return nil
 }
 
-// InterestChanged implements selector.Selectable.
-func (c *Conn) InterestChanged(r *selector.Registration) {
+// InterestChanged implements selector.Hooks.
+func (h *connHooks) InterestChanged(r *selector.Registration) {
+	c := (*Conn)(h)
 	if ops := c.ReadyOps() & r.Key().Interest(); ops != 0 {
 		r.Ready(ops)
 	}
 }
 
-// Unbind implements selector.Selectable: the event channel goes back to
-// the transport's own poller.
-func (c *Conn) Unbind(r *selector.Registration) {
+// Unbind implements selector.Hooks: the event channel goes back to the
+// transport's own poller.
+func (h *connHooks) Unbind(r *selector.Registration) {
+	c := (*Conn)(h)
 	if c.reg.CompareAndSwap(r, nil) {
 		_ = c.cm.moveTo(nil)
 	}

@@ -272,8 +272,18 @@ func (l *Listener) ReadyOps() selectionkey.Ops {
 	return 0
 }
 
-// Bind implements selector.Selectable.
-func (l *Listener) Bind(r *selector.Registration) error {
+// SelectorHooks implements selector.Selectable.
+func (l *Listener) SelectorHooks() selector.Hooks { return (*listenerHooks)(l) }
+
+// listenerHooks is a Listener as its selector sees it, as connHooks is a
+// Conn.
+type listenerHooks Listener
+
+var _ selector.Hooks = (*listenerHooks)(nil)
+
+// Bind implements selector.Hooks.
+func (h *listenerHooks) Bind(r *selector.Registration) error {
+	l := (*Listener)(h)
 	l.mu.Lock()
 	closed := l.closed
 	l.mu.Unlock()
@@ -293,15 +303,17 @@ func (l *Listener) Bind(r *selector.Registration) error {
 	return nil
 }
 
-// InterestChanged implements selector.Selectable.
-func (l *Listener) InterestChanged(r *selector.Registration) {
+// InterestChanged implements selector.Hooks.
+func (h *listenerHooks) InterestChanged(r *selector.Registration) {
+	l := (*Listener)(h)
 	if ops := l.ReadyOps() & r.Key().Interest(); ops != 0 {
 		r.Ready(ops)
 	}
 }
 
-// Unbind implements selector.Selectable.
-func (l *Listener) Unbind(r *selector.Registration) {
+// Unbind implements selector.Hooks.
+func (h *listenerHooks) Unbind(r *selector.Registration) {
+	l := (*Listener)(h)
 	if l.reg.CompareAndSwap(r, nil) {
 		_ = l.cm.moveTo(nil)
 	}

@@ -82,6 +82,7 @@ var (
 	_ channel.Conn        = (*Conn)(nil)
 	_ selector.Selectable = (*Conn)(nil)
 	_ selector.Source     = (*connSource)(nil)
+	_ selector.Hooks      = (*connSource)(nil)
 )
 
 func (t *Transport) newConn(fd int, raddr *net.TCPAddr) *Conn {
@@ -683,8 +684,12 @@ func (c *Conn) ReadyOps() selectionkey.Ops {
 	return ops
 }
 
-// Bind implements selector.Selectable.
-func (c *Conn) Bind(r *selector.Registration) error {
+// SelectorHooks implements selector.Selectable.
+func (c *Conn) SelectorHooks() selector.Hooks { return c.source() }
+
+// Bind implements selector.Hooks.
+func (s *connSource) Bind(r *selector.Registration) error {
+	c := (*Conn)(s)
 	if c.closing.Load() {
 		return c.closedErr("register")
 	}
@@ -697,16 +702,17 @@ func (c *Conn) Bind(r *selector.Registration) error {
 	return nil
 }
 
-// InterestChanged implements selector.Selectable.
-func (c *Conn) InterestChanged(r *selector.Registration) {
-	_ = c.update(c.source(), c.want)
+// InterestChanged implements selector.Hooks.
+func (s *connSource) InterestChanged(r *selector.Registration) {
+	c := (*Conn)(s)
+	_ = c.update(s, c.want)
 	if ops := c.ReadyOps() & r.Key().Interest(); ops != 0 {
 		r.Ready(ops)
 	}
 }
 
-// Unbind implements selector.Selectable.
-func (c *Conn) Unbind(r *selector.Registration) { c.unbind(c.source(), r) }
+// Unbind implements selector.Hooks.
+func (s *connSource) Unbind(r *selector.Registration) { s.unbind(s, r) }
 
 // want maps an interest set to the epoll events the connection needs: a
 // queue waiting for room needs EPOLLOUT whatever the interest.
@@ -728,9 +734,10 @@ func (c *Conn) want(interest selectionkey.Ops) uint32 {
 	return ev
 }
 
-// connSource is a Conn as its selector's epoll sees it: a descriptor and
-// what to do with its events. It keeps FD and Handle, which only the
-// selector calls, out of Conn's methods.
+// connSource is a Conn as its selector sees it: a descriptor and what to do
+// with its events (selector.Source), and the hooks of its registration
+// (selector.Hooks). It keeps FD, Handle, Bind, InterestChanged and Unbind,
+// which only the selector calls, out of Conn's methods.
 type connSource Conn
 
 func (c *Conn) source() *connSource { return (*connSource)(c) }

@@ -26,6 +26,7 @@ var (
 	_ channel.Listener    = (*Listener)(nil)
 	_ selector.Selectable = (*Listener)(nil)
 	_ selector.Source     = (*listenerSource)(nil)
+	_ selector.Hooks      = (*listenerSource)(nil)
 )
 
 // Accept waits for (in blocking mode) and returns the next connection, in
@@ -120,19 +121,25 @@ func (l *Listener) ValidOps() selectionkey.Ops { return selectionkey.OpAccept }
 // user space.
 func (l *Listener) ReadyOps() selectionkey.Ops { return 0 }
 
-// Bind implements selector.Selectable.
-func (l *Listener) Bind(r *selector.Registration) error {
+// SelectorHooks implements selector.Selectable.
+func (l *Listener) SelectorHooks() selector.Hooks { return l.source() }
+
+// Bind implements selector.Hooks.
+func (s *listenerSource) Bind(r *selector.Registration) error {
+	l := (*Listener)(s)
 	if l.closing.Load() {
 		return l.closedErr()
 	}
-	return l.bind(l.source(), r, l.want)
+	return l.bind(s, r, l.want)
 }
 
-// InterestChanged implements selector.Selectable.
-func (l *Listener) InterestChanged(*selector.Registration) { _ = l.update(l.source(), l.want) }
+// InterestChanged implements selector.Hooks.
+func (s *listenerSource) InterestChanged(*selector.Registration) {
+	_ = s.update(s, (*Listener)(s).want)
+}
 
-// Unbind implements selector.Selectable.
-func (l *Listener) Unbind(r *selector.Registration) { l.unbind(l.source(), r) }
+// Unbind implements selector.Hooks.
+func (s *listenerSource) Unbind(r *selector.Registration) { s.unbind(s, r) }
 
 func (l *Listener) want(interest selectionkey.Ops) uint32 {
 	if interest&selectionkey.OpAccept != 0 {
@@ -141,8 +148,8 @@ func (l *Listener) want(interest selectionkey.Ops) uint32 {
 	return 0
 }
 
-// listenerSource is a Listener as its selector's epoll sees it, as
-// connSource is a Conn.
+// listenerSource is a Listener as its selector sees it, as connSource is a
+// Conn.
 type listenerSource Listener
 
 func (l *Listener) source() *listenerSource { return (*listenerSource)(l) }
