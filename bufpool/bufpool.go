@@ -13,6 +13,9 @@
 // Release the buffer's memory belongs to the pool again and must not be
 // touched. Releasing more often than owned panics: a double release is a bug
 // that would otherwise hand one buffer to two owners.
+//
+// Nothing in the package is Linux-only: slabs come from anonymous mmap, so
+// it builds on Linux, macOS, FreeBSD and OpenBSD, though not on Windows.
 package bufpool
 
 import (

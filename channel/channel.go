@@ -26,6 +26,12 @@
 // then io.EOF, and may go on sending until it closes; this side may go on
 // receiving. A Send after CloseWrite fails with an error that satisfies
 // errors.Is(err, ErrWriteClosed).
+//
+// Platforms: the contract is the same everywhere, but its transports are
+// not. transport/tcp runs on Linux only (it is driven by the selector's
+// epoll), and transport/rdma needs Linux, cgo and rdma-core; elsewhere
+// their New fails with an error wrapping ErrNotSupported of package
+// selector or transport/rdma.
 package channel
 
 import (

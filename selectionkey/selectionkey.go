@@ -2,6 +2,9 @@
 // registration with a selector: its interest set (the operations the
 // selector watches for), its ready set (the operations found ready by the
 // last select), an attachment, and its validity.
+//
+// Keys are plain Go and build wherever the module does; what fills their
+// ready sets, package selector, runs on Linux only.
 package selectionkey
 
 import (

@@ -3,6 +3,11 @@
 // (package rubin), with authenticated links (package bft/link) and the
 // cluster's keys (package bft/auth).
 //
+// Over "tcp" a node runs wherever package rubin does: on Linux over
+// rubin's TCP transport, elsewhere over package net. "rdma" needs Linux,
+// cgo and rdma-core, and a program that imports transport/rdma for its
+// side effect.
+//
 // # Goroutines
 //
 // A running Replica has one goroutine that owns the core: it selects over a

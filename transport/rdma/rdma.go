@@ -2,6 +2,11 @@
 // reliable-connected queue pairs of rdma-core (libibverbs and librdmacm),
 // driven by the same selectors as the TCP transport.
 //
+// It needs Linux, cgo and rdma-core: the headers of libibverbs and
+// librdmacm to build, those libraries and an RDMA device (Soft-RoCE will
+// do) to run. In any other build the package still compiles, so programs
+// that import it do too, and New and Dial fail with ErrNotSupported.
+//
 // # Security
 //
 // Channels use two-sided Send and Receive only. No memory is registered

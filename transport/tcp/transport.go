@@ -12,7 +12,8 @@
 // connection with ErrMessageTooLarge before anything of that size exists.
 //
 // Like the selector, the transport runs on Linux only: elsewhere New
-// returns an error wrapping selector.ErrNotSupported.
+// returns an error wrapping selector.ErrNotSupported, and package rubin's
+// "tcp" network carries package net's connections instead.
 package tcp
 
 import (
