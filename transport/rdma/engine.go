@@ -181,7 +181,10 @@ func (e *engine) help() {
 // before the request raises no event.
 func (e *engine) Arm() bool {
 	if !e.pollMu.TryLock() {
-		return false // a helper is polling; what it finds wakes the selector
+		// A helper is polling. It may find nothing and stop before the
+		// next completion, and a queue not armed raises no event: the
+		// selector must not sleep on it yet.
+		return true
 	}
 	defer e.pollMu.Unlock()
 	if e.dying.Load() {
