@@ -85,6 +85,7 @@ type Conn struct {
 	window      int               // data receives kept posted (no SRQ); grows up to RecvDepth
 	widened     int               // credits of a widened window, not yet granted
 	starved     bool              // the peer said credits held it back
+	waited      bool              // a Send queued for lack of credits since we last said more
 	retry       *time.Timer       // posts receives once the pool has buffers again
 
 	// Sending.

@@ -91,6 +91,7 @@ func (c *Conn) send(b *bufpool.Buffer) error {
 		if err == nil && (c.queue.len() == 0 || c.queued+own.Len() <= c.t.cfg.SendQueue && c.queue.len() < maxQueued) {
 			c.queue.push(own)
 			c.queued += own.Len()
+			c.waited = c.waited || c.credits == 0
 			c.pump()
 			c.mu.Unlock()
 			if own != b {
@@ -160,7 +161,13 @@ func (c *Conn) pump() bool {
 		c.queued -= b.Len()
 		c.credits--
 		m := c.takeGrants(false)
-		m.more = c.credits == 0 && c.queue.len() > 0
+		if c.credits == 0 && (c.queue.len() > 0 || c.waited) {
+			// More waits behind this message, or the last time the
+			// credits ran out a message had to wait: a sender that
+			// writes one message at a time (the net.Conn face) never
+			// has one queued behind the message that spends the last.
+			m.more, c.waited = true, false
+		}
 		c.wrs[n] = c.sendWR(b, m, c.queue.len() == 0)
 		n++
 	}

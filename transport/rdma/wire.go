@@ -14,7 +14,8 @@ import (
 //	bits 16-19  control credits restored to the receiver, since the last message
 //	bits 20-27  zero
 //	bit  28     more: the sender spent its last data credit on this
-//	            message and has more waiting (data messages only)
+//	            message and has more waiting, or had to wait the last
+//	            time its credits ran out (data messages only)
 //	bit  29     paid: a control message sent on a data credit (with bit 31)
 //	bit  30     FIN: the sender closes for writing; only credit updates
 //	            follow (with bit 31)
