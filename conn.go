@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/rubin-go/rubin/channel"
 	"github.com/rubin-go/rubin/internal/anytransport"
 	"github.com/rubin-go/rubin/selectionkey"
+	"github.com/rubin-go/rubin/selector"
 )
 
 // inboxSize is how many received messages wait for a reader before the
@@ -22,13 +24,21 @@ const inboxSize = 64
 
 var errWouldBlock = channel.ErrWouldBlock
 
-// conn is the net.Conn face of a message channel. The poller receives
-// messages into inbox; Read copies them out. Write sends from the calling
-// goroutine and waits for the poller only when the channel is full.
+// conn is the net.Conn face of a message channel. Write sends from the
+// calling goroutine and waits for the poller only when the channel is
+// full. Read copies out of the inbox, which the poller fills whenever the
+// channel has messages, so that the peer's sends never wait for a Read
+// (net.Conn users expect a socket's buffering: an echo that writes more
+// than the peer's credits before reading must not deadlock). When the
+// inbox is empty, Read takes the next message from the channel itself;
+// over RDMA it first polls the completion queue itself, as rsocket does,
+// for as long as recent waits suggest (a selector.Spinner), so that a
+// message arriving within that time costs no goroutine switch.
 type conn struct {
-	s   *stack
-	ch  anytransport.Conn
-	key *selectionkey.Key
+	s    *stack
+	ch   anytransport.Conn
+	poll func() // polls the channel's device; nil for sockets
+	key  *selectionkey.Key
 
 	done        chan struct{} // closed by Close
 	closed      atomic.Bool
@@ -46,6 +56,7 @@ type conn struct {
 	rmu      sync.Mutex
 	cur      *bufpool.Buffer // the message being read
 	off      int
+	spin     selector.Spinner
 	readable chan struct{}
 	rdl      deadline
 
@@ -56,7 +67,7 @@ type conn struct {
 }
 
 func newConn(s *stack, ch anytransport.Conn) *conn {
-	return &conn{
+	c := &conn{
 		s:           s,
 		ch:          ch,
 		done:        make(chan struct{}),
@@ -64,6 +75,11 @@ func newConn(s *stack, ch anytransport.Conn) *conn {
 		readable:    make(chan struct{}, 1),
 		writable:    make(chan struct{}, 1),
 	}
+	if p, ok := ch.(anytransport.DevicePoller); ok {
+		c.poll = p.PollDevice
+		c.spin = selector.NewSpinner(s.cfg.SpinBudget, 0)
+	}
+	return c
 }
 
 // ready is called by the poller goroutine, with the conn's key (which
@@ -113,6 +129,8 @@ func (c *conn) awaitConnect(ctx context.Context) error {
 func (c *conn) pump(k *selectionkey.Key) {
 	got := false
 	for {
+		// Receive under mu: Read receives too when the inbox is empty,
+		// and messages must reach it in order.
 		c.mu.Lock()
 		if c.count == inboxSize || c.rerr != nil {
 			if c.count == inboxSize && !c.paused {
@@ -122,12 +140,11 @@ func (c *conn) pump(k *selectionkey.Key) {
 			c.mu.Unlock()
 			break
 		}
-		c.mu.Unlock()
 		b, err := c.ch.Receive()
 		if errors.Is(err, errWouldBlock) {
+			c.mu.Unlock()
 			break
 		}
-		c.mu.Lock()
 		if err != nil {
 			c.rerr = err
 			_ = k.RemoveInterest(selectionkey.OpRead)
@@ -157,6 +174,7 @@ func (c *conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	var waited time.Time // when this Read began to wait, if it did
 	for {
 		if c.closed.Load() {
 			c.dropCurrent()
@@ -189,6 +207,25 @@ func (c *conn) Read(p []byte) (int, error) {
 			continue
 		}
 		err := c.rerr
+		if err == nil && c.poll != nil {
+			// The inbox is empty: take the next message straight from
+			// the channel, spinning on the device for a while.
+			if waited.IsZero() {
+				waited = time.Now()
+			}
+			var b *bufpool.Buffer
+			if b, err = c.receive(waited); err == nil {
+				c.cur, c.off = b, 0
+				c.mu.Unlock()
+				c.spin.Record(time.Since(waited))
+				continue
+			}
+			if errors.Is(err, errWouldBlock) {
+				err = nil
+			} else {
+				c.rerr = err
+			}
+		}
 		c.mu.Unlock()
 		if err == io.EOF {
 			return 0, io.EOF
@@ -196,8 +233,61 @@ func (c *conn) Read(p []byte) (int, error) {
 		if err != nil {
 			return 0, err
 		}
+		if waited.IsZero() {
+			waited = time.Now()
+		}
 		if err := c.wait(c.readable, &c.rdl, "read"); err != nil {
 			return 0, err
+		}
+		if c.poll != nil {
+			c.spin.Record(time.Since(waited))
+			waited = time.Time{}
+		}
+	}
+}
+
+// yieldEvery is how long a spinning Read goes before it lets the
+// goroutines that share its thread run, among them its poller's.
+const yieldEvery = 50 * time.Microsecond
+
+// receive takes the next message from the channel, polling the device for
+// the spinner's budget from start if there is none yet. The caller holds
+// mu, which it lets go while it polls. It returns errWouldBlock if the
+// budget ran out, or the inbox got a message meanwhile.
+func (c *conn) receive(start time.Time) (*bufpool.Buffer, error) {
+	b, err := c.ch.Receive()
+	if !errors.Is(err, errWouldBlock) {
+		return b, err
+	}
+	budget := c.spin.Budget()
+	if budget <= 0 {
+		return nil, err
+	}
+	c.mu.Unlock()
+	defer c.mu.Lock()
+	yielded := start
+	for i := 1; ; i++ {
+		c.poll()
+		if c.ch.ReadyOps()&selectionkey.OpRead != 0 {
+			c.mu.Lock()
+			if c.count > 0 || c.rerr != nil {
+				c.mu.Unlock()
+				return nil, errWouldBlock // the poller got there first
+			}
+			b, err := c.ch.Receive()
+			c.mu.Unlock()
+			return b, err
+		}
+		if i%8 != 0 {
+			continue
+		}
+		now := time.Now()
+		if now.Sub(start) >= budget || c.closed.Load() {
+			return nil, errWouldBlock
+		}
+		if now.Sub(yielded) >= yieldEvery {
+			runtime.Gosched()
+			yielded = now
 		}
 	}
 }

@@ -111,3 +111,28 @@ func (sp *spinner) compute() time.Duration {
 // minSpin is added to every adaptive budget, so that a run of very short
 // waits does not make it too short to catch the next one.
 const minSpin = 5 * time.Microsecond
+
+// A Spinner decides, as a selector does for its selects, how long a caller
+// that polls for something should spin before it sleeps: adaptively, from
+// the waits it records, up to a cap. It is for code that polls outside a
+// selector, such as package rubin's net.Conn face, whose Read polls the
+// completion queue itself before it waits for its poller. A Spinner is
+// not safe for concurrent use.
+type Spinner struct{ sp *spinner }
+
+// NewSpinner returns a Spinner with a fixed budget (fixed > 0), one that
+// never spins (NoSpin), or, with fixed zero, one that adapts up to max
+// (DefaultMaxSpin if zero).
+func NewSpinner(fixed, max time.Duration) Spinner {
+	if max <= 0 {
+		max = DefaultMaxSpin
+	}
+	return Spinner{newSpinner(fixed, max)}
+}
+
+// Budget is how long the next wait should spin.
+func (s Spinner) Budget() time.Duration { return s.sp.budget(true) }
+
+// Record learns one wait: the time from when the caller began waiting
+// until what it waited for came, whether it spun or slept.
+func (s Spinner) Record(wait time.Duration) { s.sp.record(wait) }

@@ -86,6 +86,14 @@ type Conn interface {
 	selector.Selectable
 }
 
+// A DevicePoller is a Conn whose completions a waiting caller can poll
+// for itself (RDMA: its completion queue), without waiting for the
+// selector that serves it. Sockets have no such thing: the kernel is
+// their device.
+type DevicePoller interface {
+	PollDevice()
+}
+
 // A Listener is a transport's listener.
 type Listener interface {
 	selector.Selectable

@@ -179,6 +179,17 @@ func (c *Conn) receivedLocked(wc *verbs.WC, buf *bufpool.Buffer) (selectionkey.O
 	return ops, nil
 }
 
+// pollDevice polls the completion queue of c's queue pair on the calling
+// goroutine, unless another goroutine is polling it.
+func (c *Conn) pollDevice() {
+	c.mu.Lock()
+	e := c.eng
+	c.mu.Unlock()
+	if e != nil {
+		e.help()
+	}
+}
+
 // Receive implements channel.Conn. The buffer is the one the device wrote
 // the message into.
 func (c *Conn) Receive() (*bufpool.Buffer, error) {

@@ -25,7 +25,11 @@ func init() {
 type anyTransport struct{ *Transport }
 
 func (t anyTransport) Connect(ctx context.Context, address string) (anytransport.Conn, error) {
-	return anytransport.AsConn(t.Transport.Connect(ctx, address))
+	c, err := t.Transport.Connect(ctx, address)
+	if err != nil {
+		return nil, err
+	}
+	return anyConn{c}, nil
 }
 
 func (t anyTransport) Listen(ctx context.Context, address string) (anytransport.Listener, error) {
@@ -43,5 +47,15 @@ func (anyTransport) AcceptsOnListenerSelector() bool { return true }
 type anyListener struct{ *Listener }
 
 func (l anyListener) AcceptConn() (anytransport.Conn, error) {
-	return anytransport.AsConn(l.AcceptRDMA())
+	c, err := l.AcceptRDMA()
+	if err != nil {
+		return nil, err
+	}
+	return anyConn{c}, nil
 }
+
+// anyConn lets a caller that waits for the connection poll its
+// completion queue itself (anytransport.DevicePoller).
+type anyConn struct{ *Conn }
+
+func (c anyConn) PollDevice() { c.pollDevice() }
