@@ -29,6 +29,8 @@ type selectableListener interface {
 // Conn is an RDMA connection; none exists in this build.
 type Conn struct{ selectableConn }
 
+func (*Conn) pollDevice() {}
+
 // Listener is an RDMA listener; none exists in this build.
 type Listener struct{ selectableListener }
 
