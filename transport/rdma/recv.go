@@ -203,8 +203,11 @@ func (c *Conn) Receive() (*bufpool.Buffer, error) {
 			if c.starved {
 				c.widenLocked()
 			}
-			c.pump()
+			drained := c.pump()
 			c.mu.Unlock()
+			if drained {
+				c.signal(selectionkey.OpWrite, nil)
+			}
 			return b, nil
 		}
 		err := c.readErrLocked()

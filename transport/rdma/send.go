@@ -89,11 +89,17 @@ func (c *Conn) send(b *bufpool.Buffer) error {
 		// short it is: the queue is bounded in buffers too, so that a
 		// peer that never reads cannot make it hold the pool.
 		if err == nil && (c.queue.len() == 0 || c.queued+own.Len() <= c.t.cfg.SendQueue && c.queue.len() < maxQueued) {
+			waiting := c.queue.len() > 0
 			c.queue.push(own)
 			c.queued += own.Len()
 			c.waited = c.waited || c.credits == 0
-			c.pump()
+			drained := c.pump() && waiting
 			c.mu.Unlock()
+			if drained {
+				// The selector learns of readiness from signals: the
+				// queue that was waiting went out on this goroutine.
+				c.signal(selectionkey.OpWrite, nil)
+			}
 			if own != b {
 				b.Release()
 			}
@@ -274,9 +280,14 @@ func (c *Conn) Flush() error {
 			c.mu.Unlock()
 			return err
 		}
-		c.pump()
+		drained := c.pump()
 		if c.queue.len() == 0 {
 			c.mu.Unlock()
+			if drained {
+				// The selector learns of readiness from signals: one
+				// that came about on this goroutine must be told too.
+				c.signal(selectionkey.OpWrite, nil)
+			}
 			return nil
 		}
 		if !c.blocking.Load() {
