@@ -102,7 +102,8 @@ func (c *jepsenClientProc) output() string { return c.out.String() }
 
 // jepsenClient is the client process: jepsenWorkers workers, each with an
 // operation outstanding, put unique values to and get jepsenKeys keys
-// until cfg.Run has passed or jepsenMaxOps operations were made, then one
+// until cfg.Run has passed or jepsenMaxOps operations were made (a
+// quarter of them kept for the calm at the end), then one
 // get of each key; it writes the history to cfg.History. It fails if a
 // final get fails or no operation completed during the calm at the end.
 func jepsenClient(t *testing.T, cfgPath string) {
@@ -150,6 +151,15 @@ func jepsenClient(t *testing.T, cfgPath string) {
 		return nil
 	}
 	calmFrom := cfg.Run - cfg.Calm
+	// budget bounds the history; a quarter of it is kept for the calm at
+	// the end, so that a fast cluster does not spend it all under faults
+	// and leave the calm with no operation to check.
+	budget := func() int {
+		if time.Since(begin) < calmFrom {
+			return jepsenMaxOps * 3 / 4
+		}
+		return jepsenMaxOps
+	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var failed []error
@@ -158,7 +168,16 @@ func jepsenClient(t *testing.T, cfgPath string) {
 		rng := rand.New(rand.NewPCG(cfg.Seed, uint64(w)))
 		wg.Go(func() {
 			client := w
-			for seq := 0; time.Since(begin) < cfg.Run && h.len() < jepsenMaxOps; seq++ {
+			for seq := 0; time.Since(begin) < cfg.Run; seq++ {
+				if h.len() >= budget() {
+					if time.Since(begin) >= calmFrom {
+						break
+					}
+					// Spent before the calm: wait for it, whose
+					// operations the check needs.
+					time.Sleep(jepsenThink)
+					continue
+				}
 				key := fmt.Sprintf("k%d", rng.IntN(jepsenKeys))
 				err := do(client, rng.IntN(2) == 0, key, fmt.Sprintf("w%d-%d", w, seq), jepsenOpBound)
 				switch {
