@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,10 +34,11 @@ var errWouldBlock = channel.ErrWouldBlock
 // for as long as recent waits suggest (a selector.Spinner), so that a
 // message arriving within that time costs no goroutine switch.
 type conn struct {
-	s    *stack
-	ch   anytransport.Conn
-	poll func() // polls the channel's device; nil for sockets
-	key  *selectionkey.Key
+	s      *stack
+	ch     anytransport.Conn
+	poll   func()      // polls the channel's device; nil for sockets
+	polled func() bool // polls, then reports whether Read can go on
+	key    *selectionkey.Key
 
 	done        chan struct{} // closed by Close
 	closed      atomic.Bool
@@ -78,6 +78,10 @@ func newConn(s *stack, ch anytransport.Conn) *conn {
 	if p, ok := ch.(anytransport.DevicePoller); ok {
 		c.poll = p.PollDevice
 		c.spin = selector.NewSpinner(s.cfg.SpinBudget, 0)
+		c.polled = func() bool {
+			c.poll()
+			return c.ch.ReadyOps()&selectionkey.OpRead != 0 || c.closed.Load()
+		}
 	}
 	return c
 }
@@ -246,50 +250,22 @@ func (c *conn) Read(p []byte) (int, error) {
 	}
 }
 
-// yieldEvery is how long a spinning Read goes before it lets the
-// goroutines that share its thread run, among them its poller's.
-const yieldEvery = 50 * time.Microsecond
-
 // receive takes the next message from the channel, polling the device for
 // the spinner's budget from start if there is none yet. The caller holds
 // mu, which it lets go while it polls. It returns errWouldBlock if the
 // budget ran out, or the inbox got a message meanwhile.
 func (c *conn) receive(start time.Time) (*bufpool.Buffer, error) {
 	b, err := c.ch.Receive()
-	if !errors.Is(err, errWouldBlock) {
+	if !errors.Is(err, errWouldBlock) || c.spin.Budget() <= 0 {
 		return b, err
 	}
-	budget := c.spin.Budget()
-	if budget <= 0 {
-		return nil, err
-	}
 	c.mu.Unlock()
-	defer c.mu.Lock()
-	yielded := start
-	for i := 1; ; i++ {
-		c.poll()
-		if c.ch.ReadyOps()&selectionkey.OpRead != 0 {
-			c.mu.Lock()
-			if c.count > 0 || c.rerr != nil {
-				c.mu.Unlock()
-				return nil, errWouldBlock // the poller got there first
-			}
-			b, err := c.ch.Receive()
-			c.mu.Unlock()
-			return b, err
-		}
-		if i%8 != 0 {
-			continue
-		}
-		now := time.Now()
-		if now.Sub(start) >= budget || c.closed.Load() {
-			return nil, errWouldBlock
-		}
-		if now.Sub(yielded) >= yieldEvery {
-			runtime.Gosched()
-			yielded = now
-		}
+	c.spin.Spin(start, c.polled)
+	c.mu.Lock()
+	if c.count > 0 || c.rerr != nil {
+		return nil, errWouldBlock // the poller got there first
 	}
+	return c.ch.Receive()
 }
 
 func (c *conn) dropCurrent() {

@@ -1,6 +1,7 @@
 package selector
 
 import (
+	"runtime"
 	"sync/atomic"
 	"time"
 )
@@ -136,3 +137,29 @@ func (s Spinner) Budget() time.Duration { return s.sp.budget(true) }
 // Record learns one wait: the time from when the caller began waiting
 // until what it waited for came, whether it spun or slept.
 func (s Spinner) Record(wait time.Duration) { s.sp.record(wait) }
+
+// Spin calls ready until it reports true or the budget, counted from
+// start, has passed, paced as a selector's spin is: the clock is read
+// every few passes, and every yieldEvery the goroutines and threads that
+// share the CPU get to run. It reports whether ready did.
+func (s Spinner) Spin(start time.Time, ready func() bool) bool {
+	until := start.Add(s.Budget())
+	yielded := start
+	for pass := 1; ; pass++ {
+		if ready() {
+			return true
+		}
+		if pass%clockEvery != 0 {
+			continue
+		}
+		now := time.Now()
+		if !now.Before(until) {
+			return false
+		}
+		if now.Sub(yielded) >= yieldEvery {
+			runtime.Gosched()
+			yieldThread()
+			yielded = now
+		}
+	}
+}
