@@ -67,6 +67,9 @@ var layers = []layer{
 	{"bft services", []string{"bft/kv", "bft/link", "bft/wal"}, []string{"bft core"}},
 	{"bft driver", []string{"bft/node"}, []string{"bft auth", "bft services", "net.Conn face"}},
 
+	// The coordination service: ZooKeeper's client protocol.
+	{"zookeeper protocol", []string{"coord/proto"}, nil},
+
 	// What only tests import.
 	{"test helpers", []string{"internal/leakcheck", "internal/netns", "internal/rdmatest", "internal/layering"}, nil},
 	{"conformance suite", []string{"channel/channeltest"}, []string{"selector", "test helpers"}},
