@@ -41,53 +41,33 @@ const (
 // match), it closes the connection and the first Recv fails.
 func Client(conn net.Conn, self, remote Peer, key []byte, opts Options) (*Link, error) {
 	opts = opts.withDefaults()
-	fail := func(format string, args ...any) (*Link, error) {
+	fail := func(err error) (*Link, error) {
 		conn.Close()
-		return nil, fmt.Errorf("link: handshake with %s: %w", remote, fmt.Errorf(format, args...))
-	}
-	if len(key) != KeySize {
-		return fail("key is %d bytes, want %d", len(key), KeySize)
+		return nil, fmt.Errorf("link: handshake with %s: %w", remote, err)
 	}
 	if err := conn.SetDeadline(time.Now().Add(opts.HandshakeTimeout)); err != nil {
-		return fail("setting deadline: %w", err)
+		return fail(fmt.Errorf("setting deadline: %w", err))
 	}
-
-	hello := make([]byte, 0, helloSize)
-	hello = append(hello, magic...)
-	hello = append(hello, version)
-	hello = appendPeer(hello, self)
-	hello = appendPeer(hello, remote)
-	hello = hello[:helloSize]
-	if _, err := rand.Read(hello[helloSize-nonceSize:]); err != nil {
-		return fail("nonce: %w", err)
+	hello, err := newHello(self, remote, key)
+	if err != nil {
+		return fail(err)
 	}
 	if _, err := conn.Write(hello); err != nil {
-		return fail("sending hello: %w", err)
+		return fail(fmt.Errorf("sending hello: %w", err))
 	}
-
 	reply := make([]byte, replySize)
 	if _, err := io.ReadFull(conn, reply); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			// The server says nothing when it rejects a hello.
-			return fail("reading reply: %w (server closed: it does not know %s, is not %s, or speaks another version)", err, self, remote)
-		}
-		return fail("reading reply: %w", err)
+		return fail(replyReadError(err, self, remote))
 	}
-	if string(reply[:len(magic)]) != magic || reply[len(magic)] != version {
-		return fail("%w: reply starts %q, want %q version %d", ErrProtocol, reply[:prefixSize], magic, version)
-	}
-	ks, err := deriveKeys(key, hello, reply[:prefixSize+nonceSize])
+	confirm, ks, err := clientVerify(hello, reply, key)
 	if err != nil {
-		return fail("%w", err)
+		return fail(err)
 	}
-	if !hmac.Equal(ks.macS, reply[prefixSize+nonceSize:]) {
-		return fail("%w from server (it holds a different key)", ErrBadMAC)
-	}
-	if _, err := conn.Write(ks.macC); err != nil {
-		return fail("sending confirmation: %w", err)
+	if _, err := conn.Write(confirm); err != nil {
+		return fail(fmt.Errorf("sending confirmation: %w", err))
 	}
 	if err := conn.SetDeadline(time.Time{}); err != nil {
-		return fail("clearing deadline: %w", err)
+		return fail(fmt.Errorf("clearing deadline: %w", err))
 	}
 	return newLink(conn, self, remote, ks.c2s, ks.s2c, opts), nil
 }
@@ -104,67 +84,138 @@ func Client(conn net.Conn, self, remote Peer, key []byte, opts Options) (*Link, 
 func Server(conn net.Conn, self Peer, lookup func(remote Peer) (key []byte, ok bool), opts Options) (*Link, error) {
 	opts = opts.withDefaults()
 	who := "dialer at " + addrString(conn.RemoteAddr())
-	fail := func(format string, args ...any) (*Link, error) {
+	fail := func(err error) (*Link, error) {
 		conn.Close()
-		return nil, fmt.Errorf("link: handshake with %s: %w", who, fmt.Errorf(format, args...))
+		return nil, fmt.Errorf("link: handshake with %s: %w", who, err)
 	}
 	if err := conn.SetDeadline(time.Now().Add(opts.HandshakeTimeout)); err != nil {
-		return fail("setting deadline: %w", err)
+		return fail(fmt.Errorf("setting deadline: %w", err))
 	}
-
 	hello := make([]byte, helloSize)
 	if _, err := io.ReadFull(conn, hello); err != nil {
-		return fail("reading hello: %w", err)
+		return fail(fmt.Errorf("reading hello: %w", err))
 	}
+	remote, reply, ks, err := serverReply(hello, self, lookup)
+	if remote != nil {
+		// From here the error names the claimed peer; it is not yet proven.
+		who = remote.String()
+	}
+	if err != nil {
+		return fail(err)
+	}
+	if _, err := conn.Write(reply); err != nil {
+		return fail(fmt.Errorf("sending reply: %w", err))
+	}
+	confirm := make([]byte, confirmSz)
+	if _, err := io.ReadFull(conn, confirm); err != nil {
+		return fail(confirmReadError(err))
+	}
+	if err := serverVerify(ks, confirm); err != nil {
+		return fail(err)
+	}
+	if err := conn.SetDeadline(time.Time{}); err != nil {
+		return fail(fmt.Errorf("clearing deadline: %w", err))
+	}
+	return newLink(conn, self, *remote, ks.s2c, ks.c2s, opts), nil
+}
+
+// The steps of the handshake, as functions of the bytes exchanged, shared
+// by the Link (blocking, on a net.Conn) and the Chan (non-blocking, on a
+// channel). Each error is one the caller wraps with the peer's name.
+
+// newHello returns the dialer's hello, with a fresh nonce.
+func newHello(self, remote Peer, key []byte) ([]byte, error) {
+	if len(key) != KeySize {
+		return nil, fmt.Errorf("key is %d bytes, want %d", len(key), KeySize)
+	}
+	hello := make([]byte, 0, helloSize)
+	hello = append(hello, magic...)
+	hello = append(hello, version)
+	hello = appendPeer(hello, self)
+	hello = appendPeer(hello, remote)
+	hello = hello[:helloSize]
+	if _, err := rand.Read(hello[helloSize-nonceSize:]); err != nil {
+		return nil, fmt.Errorf("nonce: %w", err)
+	}
+	return hello, nil
+}
+
+// replyReadError explains a failure to read the server's reply.
+func replyReadError(err error, self, remote Peer) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		// The server says nothing when it rejects a hello.
+		return fmt.Errorf("reading reply: %w (server closed: it does not know %s, is not %s, or speaks another version)", err, self, remote)
+	}
+	return fmt.Errorf("reading reply: %w", err)
+}
+
+// clientVerify checks the server's reply to hello and returns the
+// dialer's confirmation and the session keys.
+func clientVerify(hello, reply, key []byte) (confirm []byte, ks sessionKeys, err error) {
+	if string(reply[:len(magic)]) != magic || reply[len(magic)] != version {
+		return nil, ks, fmt.Errorf("%w: reply starts %q, want %q version %d", ErrProtocol, reply[:prefixSize], magic, version)
+	}
+	ks, err = deriveKeys(key, hello, reply[:prefixSize+nonceSize])
+	if err != nil {
+		return nil, ks, err
+	}
+	if !hmac.Equal(ks.macS, reply[prefixSize+nonceSize:]) {
+		return nil, ks, fmt.Errorf("%w from server (it holds a different key)", ErrBadMAC)
+	}
+	return ks.macC, ks, nil
+}
+
+// serverReply checks a dialer's hello and returns the peer it claims to
+// be (nil if the hello does not say), the server's reply and the session
+// keys.
+func serverReply(hello []byte, self Peer, lookup func(remote Peer) (key []byte, ok bool)) (*Peer, []byte, sessionKeys, error) {
+	var ks sessionKeys
 	if string(hello[:len(magic)]) != magic || hello[len(magic)] != version {
-		return fail("%w: hello starts %q, want %q version %d", ErrProtocol, hello[:prefixSize], magic, version)
+		return nil, nil, ks, fmt.Errorf("%w: hello starts %q, want %q version %d", ErrProtocol, hello[:prefixSize], magic, version)
 	}
 	remote, ok1 := decodePeer(hello[prefixSize:])
 	want, ok2 := decodePeer(hello[prefixSize+peerSize:])
 	if !ok1 || !ok2 {
-		return fail("%w: malformed peer in hello", ErrProtocol)
+		return nil, nil, ks, fmt.Errorf("%w: malformed peer in hello", ErrProtocol)
 	}
-	// From here the error names the claimed peer; it is not yet proven.
-	who = remote.String()
 	if want != self {
-		return fail("%w: it wants %s, this is %s", ErrWrongPeer, want, self)
+		return &remote, nil, ks, fmt.Errorf("%w: it wants %s, this is %s", ErrWrongPeer, want, self)
 	}
 	key, ok := lookup(remote)
 	if !ok {
-		return fail("%w", ErrUnknownPeer)
+		return &remote, nil, ks, ErrUnknownPeer
 	}
 	if len(key) != KeySize {
-		return fail("configured key is %d bytes, want %d", len(key), KeySize)
+		return &remote, nil, ks, fmt.Errorf("configured key is %d bytes, want %d", len(key), KeySize)
 	}
-
 	reply := make([]byte, replySize)
 	copy(reply, hello[:prefixSize])
 	if _, err := rand.Read(reply[prefixSize : prefixSize+nonceSize]); err != nil {
-		return fail("nonce: %w", err)
+		return &remote, nil, ks, fmt.Errorf("nonce: %w", err)
 	}
 	ks, err := deriveKeys(key, hello, reply[:prefixSize+nonceSize])
 	if err != nil {
-		return fail("%w", err)
+		return &remote, nil, ks, err
 	}
 	copy(reply[prefixSize+nonceSize:], ks.macS)
-	if _, err := conn.Write(reply); err != nil {
-		return fail("sending reply: %w", err)
+	return &remote, reply, ks, nil
+}
+
+// confirmReadError explains a failure to read the dialer's confirmation.
+func confirmReadError(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		// The dialer closes without a word when our proof fails.
+		return fmt.Errorf("reading confirmation: %w (dialer closed: it holds a different key?)", err)
 	}
-	confirm := make([]byte, confirmSz)
-	if _, err := io.ReadFull(conn, confirm); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			// The dialer closes without a word when our proof fails.
-			return fail("reading confirmation: %w (dialer closed: it holds a different key?)", err)
-		}
-		return fail("reading confirmation: %w", err)
-	}
+	return fmt.Errorf("reading confirmation: %w", err)
+}
+
+// serverVerify checks the dialer's confirmation.
+func serverVerify(ks sessionKeys, confirm []byte) error {
 	if !hmac.Equal(ks.macC, confirm) {
-		return fail("%w from dialer (it holds a different key)", ErrBadMAC)
+		return fmt.Errorf("%w from dialer (it holds a different key)", ErrBadMAC)
 	}
-	if err := conn.SetDeadline(time.Time{}); err != nil {
-		return fail("clearing deadline: %w", err)
-	}
-	return newLink(conn, self, remote, ks.s2c, ks.c2s, opts), nil
+	return nil
 }
 
 // sessionKeys are what a handshake derives.

@@ -1,6 +1,8 @@
 // Package link carries authenticated message frames between two parties
-// of a BFT cluster (two replicas, or a client and a replica) over any
-// net.Conn: TCP, or rubin's TCP and RDMA transports.
+// of a BFT cluster (two replicas, or a client and a replica): a Link over
+// any net.Conn (TCP, or package rubin's face of its transports), a Chan
+// over a non-blocking channel of rubin's TCP and RDMA transports, served
+// by a selector. Both speak the same bytes, so either end may be either.
 //
 // Each pair shares a 32-byte key from the cluster configuration. A
 // connection starts with a handshake (Client on the dialing side, Server

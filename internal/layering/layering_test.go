@@ -58,13 +58,13 @@ var layers = []layer{
 	{"net.Conn face", []string{"."}, []string{"transport registry"}},
 	{"metrics", []string{"metrics"}, []string{"net.Conn face"}},
 
-	// The BFT core knows nothing of networking; its driver runs it over
-	// the net.Conn face.
+	// The BFT core knows nothing of networking; its links speak over
+	// channels or net.Conns, and its driver runs it over the transports.
 	{"quorum arithmetic", []string{"bft/internal/quorum"}, nil},
 	{"bft core", []string{"bft"}, []string{"quorum arithmetic"}},
 	{"bft wire", []string{"bft/wire"}, []string{"bft core"}},
 	{"bft auth", []string{"bft/auth"}, []string{"bft wire"}},
-	{"bft services", []string{"bft/kv", "bft/link", "bft/wal"}, []string{"bft core"}},
+	{"bft services", []string{"bft/kv", "bft/link", "bft/wal"}, []string{"bft core", "channel contract"}},
 	{"bft driver", []string{"bft/node"}, []string{"bft auth", "bft services", "net.Conn face"}},
 
 	// The coordination service: ZooKeeper's client protocol.
