@@ -67,8 +67,10 @@ var layers = []layer{
 	{"bft services", []string{"bft/kv", "bft/link", "bft/wal"}, []string{"bft core", "channel contract"}},
 	{"bft driver", []string{"bft/node"}, []string{"bft auth", "bft services", "net.Conn face"}},
 
-	// The coordination service: ZooKeeper's client protocol.
+	// The coordination service: ZooKeeper's client protocol, and the tree
+	// of znodes, sessions and watches a replica holds.
 	{"zookeeper protocol", []string{"coord/proto"}, nil},
+	{"coordination tree", []string{"coord/tree"}, []string{"zookeeper protocol"}},
 
 	// What only tests import.
 	{"test helpers", []string{"internal/leakcheck", "internal/netns", "internal/rdmatest", "internal/layering"}, nil},

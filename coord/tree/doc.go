@@ -1,0 +1,59 @@
+// Package tree is the coordination service's data model: ZooKeeper's tree
+// of znodes, its sessions, ACLs and watches, as the state of a replicated
+// state machine.
+//
+// # Model
+//
+// A Tree is deterministic: the same calls in the same order give the same
+// results, the same watch events and the same Snapshot on every replica.
+// It reads no clock, no random source and no map order into anything it
+// returns; what varies comes in as arguments. No goroutines, no I/O; not
+// safe for concurrent use. The caller (the replicated application):
+//
+//  1. gives each write a Write: the session that asks, a zxid above every
+//     zxid before it (a write that fails still takes it, as in ZooKeeper;
+//     a multi's ops share one) and the agreed time in milliseconds, from
+//     which ctime, mtime and session deadlines come;
+//  2. touches a session (Touch) at the agreed time of each of its
+//     requests and pings, and calls Expire at agreed times to end the
+//     sessions whose deadline has passed;
+//  3. sends the Events a call returns to their sessions' clients, in the
+//     order given: they are the watch events ZooKeeper would deliver for
+//     that change, one-shot watches already gone;
+//  4. orders reads that leave watches like writes: a watch is state.
+//
+// Errors are proto.Code values, ZooKeeper's error codes, checked in the
+// order ZooKeeper's PrepRequestProcessor and FinalRequestProcessor check
+// them, so a client sees the code Apache ZooKeeper 3.8 would give it;
+// ErrZxid and ErrSession are the caller's mistakes.
+//
+// # Znodes
+//
+// A new tree holds the root, /zookeeper, /zookeeper/quota and
+// /zookeeper/config (readable by anyone, writable by none), all with a
+// zero Stat; none can be deleted. Paths follow ZooKeeper's rules (see
+// Create). Sequential nodes take the parent's cversion as a ten-digit
+// suffix; cversion counts creations of children, pzxid the last zxid
+// that created or deleted one. Ephemeral nodes belong to their session
+// and cannot have children. Container and TTL nodes are deleted by Sweep
+// once empty (a container after it has had a child, a TTL node when its
+// time since its last change passes its TTL); TTL nodes need
+// Config.ExtendedTypes.
+//
+// # ACLs and sessions
+//
+// Every operation checks the permission ZooKeeper checks: create and
+// delete on the parent, read for getData, getChildren, getACL (or
+// admin), check and getAllChildrenNumber, write for setData, admin for
+// setACL; exists checks none. Schemes: world:anyone, digest
+// ("user:base64(sha1(user:password))", see Digest), ip, and auth, which
+// stands for the session's digest identities. AddAuth gives a session
+// identities. A session's timeout is negotiated into
+// [MinSessionTimeout, MaxSessionTimeout].
+//
+// # Memory
+//
+// What a client sends is bounded: data by Config.MaxDataSize, a
+// session's watches by Config.MaxWatchBytes and identities by
+// Config.MaxAuthBytes, sessions by Config.MaxSessions.
+package tree
