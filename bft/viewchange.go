@@ -271,13 +271,15 @@ func (r *Replica) enterView(nv *NewView, minS uint64, minCert []Checkpoint) {
 			delete(r.vcs, id)
 		}
 	}
+	// Until every pre-prepare of the new view is in place, the primary
+	// must not assign sequence numbers: execution, and a checkpoint
+	// becoming stable, trigger proposing, and a batch proposed before
+	// nextSeq is set below would have its slot proposed again.
+	r.installing = true
 	if minS > r.low && len(minCert) > 0 {
 		r.learnStable(minS, minCert[0].State, minCert)
 	}
 	r.nextSeq = max(minS, r.lastExec)
-	// Until every pre-prepare of the new view is in place, the primary
-	// must not assign sequence numbers (execution may trigger proposing).
-	r.installing = true
 	for i := range nv.PrePrepares {
 		pp := &nv.PrePrepares[i]
 		if !r.inWindow(pp.Seq) {
