@@ -1,17 +1,42 @@
 package bft
 
+import "time"
+
 // App is the replicated application. Every method is deterministic: the
 // same calls in the same order give the same results and the same state on
 // every correct replica.
 type App interface {
-	// Execute runs one operation and returns its result. Execute may keep
-	// op only for the duration of the call.
-	Execute(op []byte) (result []byte)
+	// Execute runs one operation of ctx.Client and returns its result.
+	// Everything in ctx is the same on every correct replica, and the
+	// same again when a replica replays its log after a restart, so the
+	// application may base its state on it (the time especially: it must
+	// never read a clock of its own). Execute may keep op only for the
+	// duration of the call.
+	Execute(ctx ExecContext, op []byte) (result []byte)
 	// Snapshot returns the encoded application state; two replicas in the
 	// same state return the same bytes.
 	Snapshot() []byte
 	// Restore replaces the state with a snapshot taken by Snapshot.
 	Restore(snapshot []byte) error
+}
+
+// ExecContext is what the replicas agreed on about one request, besides
+// its operation.
+type ExecContext struct {
+	// Client is the client whose authenticator the request carries.
+	Client ClientID
+	// Seq is the sequence number of the batch holding the request, and
+	// Index the request's position in it (from 0). (Seq, Index) orders
+	// every executed request of the cluster.
+	Seq   uint64
+	Index int
+	// Time is the agreed time of the batch, in UTC: the time its primary
+	// proposed, which at least 2f+1 replicas (f+1 of them correct) found
+	// within Config.MaxClockSkew of their own clocks when they accepted
+	// it. It never decreases from one batch to the next (a batch proposed
+	// with an earlier time executes at its predecessor's), and is the
+	// same for every request of a batch.
+	Time time.Time
 }
 
 // Authenticator signs and checks the signatures carried by forwardable

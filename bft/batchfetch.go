@@ -39,29 +39,29 @@ type serveBudget struct {
 // batchMissing reports whether a slot bound to digest d lacks its batch
 // b: the null batch is empty, any other is not.
 func batchMissing(d Digest, b []Request) bool {
-	return len(b) == 0 && d != BatchDigest(nil)
+	return len(b) == 0 && d != nullDigest
 }
 
-// heldBatch returns the batch with digest d this replica holds for seq:
-// from the slot's pre-prepare (of any view), its prepared certificate, or
-// what it committed; the null batch is always held.
-func (r *Replica) heldBatch(seq uint64, d Digest) ([]Request, bool) {
+// heldBatch returns the batch with digest d this replica holds for seq,
+// and its time: from the slot's pre-prepare (of any view), its prepared
+// certificate, or what it committed; the null batch is always held.
+func (r *Replica) heldBatch(seq uint64, d Digest) ([]Request, uint64, bool) {
 	if !batchMissing(d, nil) {
-		return nil, true
+		return nil, 0, true
 	}
 	e := r.log[seq]
 	if e == nil {
-		return nil, false
+		return nil, 0, false
 	}
 	switch {
 	case e.pp != nil && e.pp.Digest == d && len(e.pp.Batch) > 0:
-		return e.pp.Batch, true
+		return e.pp.Batch, e.pp.Time, true
 	case e.cert != nil && e.cert.PrePrepare.Digest == d && len(e.cert.PrePrepare.Batch) > 0:
-		return e.cert.PrePrepare.Batch, true
+		return e.cert.PrePrepare.Batch, e.cert.PrePrepare.Time, true
 	case e.committed && e.cDigest == d && len(e.batch) > 0:
-		return e.batch, true
+		return e.batch, e.cTime, true
 	}
-	return nil, false
+	return nil, 0, false
 }
 
 // needsBatch reports whether seq's slot is bound to digest d, by a
@@ -179,7 +179,7 @@ func (r *Replica) tickBatchFetch() {
 // onFetchBatch answers a peer's fetch with the batch, if this replica
 // holds it and the peer's budget for this tick allows.
 func (r *Replica) onFetchBatch(m *FetchBatch) error {
-	b, ok := r.heldBatch(m.Seq, m.Digest)
+	b, t, ok := r.heldBatch(m.Seq, m.Digest)
 	if !ok || len(b) == 0 {
 		return fmt.Errorf("%w: no batch %x at seq %d to answer replica %d", ErrStale, m.Digest[:4], m.Seq, m.Replica)
 	}
@@ -198,7 +198,7 @@ func (r *Replica) onFetchBatch(m *FetchBatch) error {
 	}
 	s.bytes = max(s.bytes, 1) // an answer of empty ops still counts
 	r.batchServe[m.Replica] = s
-	r.send(m.Replica, &Batch{Seq: m.Seq, Digest: m.Digest, Requests: b, Replica: r.id})
+	r.send(m.Replica, &Batch{Seq: m.Seq, Time: t, Digest: m.Digest, Requests: b, Replica: r.id})
 	return nil
 }
 
@@ -212,7 +212,7 @@ func (r *Replica) onBatch(m *Batch) error {
 	if err := r.checkBatch(m.Requests); err != nil {
 		return err
 	}
-	if BatchDigest(m.Requests) != m.Digest || len(m.Requests) == 0 {
+	if BatchDigest(m.Time, m.Requests) != m.Digest || len(m.Requests) == 0 {
 		return fmt.Errorf("%w: batch for seq %d does not match digest %x", ErrForged, m.Seq, m.Digest[:4])
 	}
 	delete(r.fetching, m.Seq)
@@ -236,7 +236,7 @@ func (r *Replica) onBatch(m *Batch) error {
 		e.cert = &c
 	}
 	if e.committed && e.cDigest == m.Digest && len(e.batch) == 0 {
-		e.batch = m.Requests
+		e.batch, e.cTime = m.Requests, m.Time
 		r.tryExecute()
 	}
 	return nil

@@ -155,7 +155,7 @@ func TestFutureViewBufferBounded(t *testing.T) {
 		batch[i] = bft.Request{Client: 1, Timestamp: uint64(100 + i), Op: big}
 		n.SignRequest(&batch[i])
 	}
-	digest := bft.BatchDigest(batch)
+	digest := bft.BatchDigest(0, batch)
 	for seq := uint64(3); seq < 200; seq++ {
 		pp := &bft.PrePrepare{View: 3, Seq: seq, Digest: digest, Batch: batch, Sig: []byte("forged")}
 		if err := r.Step(bft.ToReplica(3), pp); !errors.Is(err, bft.ErrForged) {

@@ -3,6 +3,7 @@ package bft
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/rubin-go/rubin/bft/internal/quorum"
 )
@@ -104,6 +105,25 @@ type Config struct {
 	// Default 1 GiB.
 	MaxStateBytes int
 
+	// Clock is this replica's clock, read when it proposes a batch as
+	// primary and when it judges a primary's proposed time. Default
+	// time.Now. The core reads no other clock: time is otherwise ticks.
+	Clock func() time.Time
+	// MaxClockSkew bounds how far the time of a pre-prepare may be from
+	// this replica's clock, either way, for the replica to accept it (a
+	// primary also may not propose a time before the previous batch's).
+	// A primary whose clock is further off, or that lies, is not prepared
+	// and so is replaced by a view change; the agreed time stays within
+	// this bound of the correct replicas' clocks. It must cover the
+	// clocks' mutual skew plus the delay of a pre-prepare from the
+	// primary's clock reading to a backup's; a slot that f+1 other
+	// replicas already voted for is accepted outside it (a correct one
+	// checked the time). Default 2 s: well above the skew of
+	// NTP-synchronized hosts and a pre-prepare's delay on a loaded
+	// cluster, and small against timeouts measured in seconds (sessions,
+	// leases) that applications base on the agreed time.
+	MaxClockSkew time.Duration
+
 	App  App
 	Auth Authenticator
 }
@@ -157,6 +177,12 @@ func (c *Config) fill() error {
 	def(&c.MaxFutureBytes, 2*c.MaxBatchBytes)
 	def(&c.StateChunkBytes, 1<<20)
 	def(&c.MaxStateBytes, 1<<30)
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.MaxClockSkew <= 0 {
+		c.MaxClockSkew = 2 * time.Second
+	}
 	if c.StateChunkBytes > maxChunkBytes {
 		return fmt.Errorf("bft: config: StateChunkBytes %d exceeds %d", c.StateChunkBytes, maxChunkBytes)
 	}

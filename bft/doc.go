@@ -7,9 +7,11 @@
 // # Model
 //
 // Replica and Client are deterministic state machines in the style of
-// etcd raft's RawNode: no goroutines, no clocks, no I/O, no randomness,
-// not safe for concurrent use. Time is an abstract tick (Replica.Tick); all
-// timeouts in Config count ticks. The driver:
+// etcd raft's RawNode: no goroutines, no I/O, no randomness, not safe for
+// concurrent use. Time is an abstract tick (Replica.Tick); all timeouts in
+// Config count ticks. The one clock a replica reads, Config.Clock, dates
+// the batches it proposes and judges the dates of the batches it accepts
+// (see "Execution context and agreed time"). The driver:
 //
 //  1. feeds every message that arrives to Step, with the sender its
 //     authenticated link names (replica links carry a pairwise MAC, client
@@ -63,8 +65,25 @@
 // request whose authenticator fails for this replica is rejected), except
 // the pre-prepares of a new view, whose batches are covered by the prepared
 // certificates (2f+1 replicas accepted them). Batches are checked against
-// BatchDigest and state against the certified checkpoint digest
-// (application snapshot plus reply cache).
+// BatchDigest (time included) and state against the certified checkpoint
+// digest (agreed time, reply cache and application snapshot).
+//
+// # Execution context and agreed time
+//
+// App.Execute gets an ExecContext: the request's authenticated client,
+// the batch's sequence number, the request's index in it, and the batch's
+// agreed time. The primary proposes a time with every pre-prepare, from
+// Config.Clock (the core's only clock); a backup prepares it only if the
+// time is not before the nearest earlier slot's (nor after the nearest
+// later one's) and within Config.MaxClockSkew of its own clock, so a
+// primary with a wrong clock, or one that lies, is not prepared and the
+// request timers replace it. The time is part of the batch digest (so
+// prepares and commits agree on it), of the signed pre-prepare, of every
+// prepared certificate and new view (re-proposed batches keep their
+// times; null batches carry 0 and leave the agreed time as it was), of
+// the durable records (recovery replays the same times) and of every
+// checkpoint (the agreed time is replicated state: a batch executes at
+// the larger of its time and the one before).
 //
 // # Beyond the paper
 //

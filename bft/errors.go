@@ -35,6 +35,11 @@ var (
 	// replica does not fetch it; it cannot catch up by state transfer
 	// until the bound is raised.
 	ErrTooLarge = errors.New("bft: state too large")
+	// ErrTime: a pre-prepare's proposed time is before the previous
+	// slot's or further than Config.MaxClockSkew from this replica's
+	// clock. A primary with a wrong clock or a Byzantine one; the
+	// replica does not prepare, and the primary is replaced.
+	ErrTime = errors.New("bft: pre-prepare time out of bounds")
 	// ErrBusy: Client.Propose while a request is outstanding.
 	ErrBusy = errors.New("bft: request outstanding")
 )

@@ -69,13 +69,18 @@ type Reply struct {
 	Result    []byte
 }
 
-// PrePrepare is the primary's proposal to bind a batch of requests to a
-// sequence number in a view. Digest is BatchDigest(Batch). Sig is the
-// primary's signature, so the pre-prepare can be forwarded as part of a
-// prepared certificate in a view change.
+// PrePrepare is the primary's proposal to bind a batch of requests, and
+// the time they execute at, to a sequence number in a view. Time is the
+// proposed agreed time in nanoseconds since the Unix epoch (see
+// ExecContext.Time): the primary's clock, never below the time of the
+// slot before; 0 only in the null pre-prepares of a new view. Digest is
+// BatchDigest(Time, Batch), so prepares and commits agree on the time as
+// well as the batch. Sig is the primary's signature, so the pre-prepare
+// can be forwarded as part of a prepared certificate in a view change.
 type PrePrepare struct {
 	View   uint64
 	Seq    uint64
+	Time   uint64
 	Digest Digest
 	Batch  []Request
 	Sig    []byte
@@ -200,10 +205,12 @@ type FetchBatch struct {
 	Replica ReplicaID
 }
 
-// Batch answers FetchBatch with the requests whose BatchDigest is Digest.
-// The receiver checks the digest, so the answer needs no signature.
+// Batch answers FetchBatch with the time and requests whose BatchDigest
+// is Digest. The receiver checks the digest, so the answer needs no
+// signature.
 type Batch struct {
 	Seq      uint64
+	Time     uint64
 	Digest   Digest
 	Requests []Request
 	Replica  ReplicaID
@@ -224,13 +231,16 @@ func (*Chunk) Type() MessageType      { return TypeChunk }
 func (*FetchBatch) Type() MessageType { return TypeFetchBatch }
 func (*Batch) Type() MessageType      { return TypeBatch }
 
-// BatchDigest is the digest a pre-prepare binds: SHA-256 over each
-// request's client, timestamp and operation, length-prefixed. The
-// authenticators are not part of it: each replica checks its own entry,
-// and a request is the same request whatever MACs it carries.
-func BatchDigest(batch []Request) Digest {
+// BatchDigest is the digest a pre-prepare binds: SHA-256 over the
+// proposed time and each request's client, timestamp and operation,
+// uvarints and length-prefixed. The authenticators are not part of it:
+// each replica checks its own entry, and a request is the same request
+// whatever MACs it carries. The null batch of a new view is
+// BatchDigest(0, nil).
+func BatchDigest(time uint64, batch []Request) Digest {
 	h := sha256.New()
 	var b [3 * binary.MaxVarintLen64]byte
+	h.Write(b[:binary.PutUvarint(b[:], time)])
 	for i := range batch {
 		r := &batch[i]
 		n := binary.PutUvarint(b[:], uint64(r.Client))
@@ -243,3 +253,7 @@ func BatchDigest(batch []Request) Digest {
 	h.Sum(d[:0])
 	return d
 }
+
+// nullDigest is the digest of the null batch a new view puts in the slots
+// no prepared certificate covers.
+var nullDigest = BatchDigest(0, nil)

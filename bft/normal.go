@@ -44,10 +44,15 @@ func (r *Replica) admitView(src ReplicaID, v uint64, m Message) error {
 func (r *Replica) checkSigned(src ReplicaID, m Message) error {
 	switch m := m.(type) {
 	case *PrePrepare:
+		if len(m.Batch) == 0 {
+			// Null batches come only in new views; an empty one with a
+			// time would never execute (its batch looks missing).
+			return fmt.Errorf("%w: pre-prepare for seq %d with an empty batch", ErrInvalid, m.Seq)
+		}
 		if err := r.checkBatch(m.Batch); err != nil {
 			return err
 		}
-		if BatchDigest(m.Batch) != m.Digest {
+		if BatchDigest(m.Time, m.Batch) != m.Digest {
 			return fmt.Errorf("%w: pre-prepare digest does not match its batch", ErrForged)
 		}
 		if !r.cfg.Auth.Verify(src, m, m.Sig) {
@@ -125,6 +130,9 @@ func (r *Replica) onPrePrepare(src ReplicaID, pp *PrePrepare) error {
 	e := r.entryFor(pp.Seq)
 	if e.committed && e.cDigest != pp.Digest {
 		return fmt.Errorf("%w: pre-prepare conflicts with the batch committed at seq %d", ErrForged, pp.Seq)
+	}
+	if err := r.checkTime(e, pp); err != nil {
+		return err
 	}
 	r.acceptPrePrepare(e, pp)
 	return nil
@@ -276,6 +284,7 @@ func (r *Replica) checkCommitted(e *entry) {
 	e.committedAt = r.now
 	e.cView = e.view
 	e.cDigest = e.pp.Digest
+	e.cTime = e.pp.Time
 	e.batch = e.pp.Batch
 	r.persist(RecCommitted, &Commit{View: e.cView, Seq: e.seq, Digest: e.cDigest, Replica: r.id})
 	r.tryExecute()
@@ -301,6 +310,8 @@ func (r *Replica) tryExecute() {
 }
 
 func (r *Replica) execute(e *entry) {
+	r.agreedTime = max(r.agreedTime, e.cTime)
+	ctx := ExecContext{Seq: e.seq, Time: agreedAt(r.agreedTime)}
 	for i := range e.batch {
 		req := &e.batch[i]
 		k := reqKey{req.Client, req.Timestamp}
@@ -311,13 +322,14 @@ func (r *Replica) execute(e *entry) {
 		if last := r.replies[req.Client]; last != nil && req.Timestamp <= last.Timestamp {
 			continue
 		}
-		rep := &Reply{View: r.view, Timestamp: req.Timestamp, Client: req.Client, Replica: r.id, Result: r.cfg.App.Execute(req.Op)}
+		ctx.Client, ctx.Index = req.Client, i
+		rep := &Reply{View: r.view, Timestamp: req.Timestamp, Client: req.Client, Replica: r.id, Result: r.cfg.App.Execute(ctx, req.Op)}
 		r.replies[req.Client] = rep
 		r.out = append(r.out, Envelope{To: ToClient(req.Client), Msg: rep})
 	}
 	r.lastExec = e.seq
 	r.vcBackoff = 0 // progress: view-change timeouts are back to their base
-	r.committed = append(r.committed, Committed{View: e.cView, Seq: e.seq, Digest: e.cDigest, Batch: e.batch})
+	r.committed = append(r.committed, Committed{View: e.cView, Seq: e.seq, Digest: e.cDigest, Batch: e.batch, Time: ctx.Time, Proposed: e.cTime})
 	r.reqTimer = 0
 	r.fetchTimer = 0
 	if e.seq%r.cfg.CheckpointInterval == 0 {

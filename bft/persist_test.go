@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/rubin-go/rubin/bft"
 	"github.com/rubin-go/rubin/bft/internal/simnet"
@@ -49,8 +50,8 @@ func (s *solo) ready() {
 func (s *solo) prePrepare(seq uint64, op string) *bft.PrePrepare {
 	req := bft.Request{Client: 1, Timestamp: seq, Op: []byte(op)}
 	s.keys.SignRequest(&req)
-	pp := &bft.PrePrepare{View: 0, Seq: seq, Batch: []bft.Request{req}}
-	pp.Digest = bft.BatchDigest(pp.Batch)
+	pp := &bft.PrePrepare{View: 0, Seq: seq, Time: uint64(time.Now().UnixNano()), Batch: []bft.Request{req}}
+	pp.Digest = bft.BatchDigest(pp.Time, pp.Batch)
 	pp.Sig = s.keys.MAC(0, pp)
 	return pp
 }

@@ -65,7 +65,7 @@ func (r *Replica) restoreCheckpoint(sn *Snapshot) error {
 	if own.digest != d {
 		return fmt.Errorf("%w: recover: checkpoint %d does not match its certified digest", ErrInvalid, sn.Seq)
 	}
-	replies, snap, err := decodeState(sn.State)
+	t, replies, snap, err := decodeState(sn.State)
 	if err != nil {
 		return fmt.Errorf("recover: checkpoint %d: %w", sn.Seq, err)
 	}
@@ -77,6 +77,7 @@ func (r *Replica) restoreCheckpoint(sn *Snapshot) error {
 		rp.Replica = r.id
 		r.replies[rp.Client] = &rp
 	}
+	r.agreedTime = t
 	delete(r.ckpts, 0)
 	r.ckpts[sn.Seq] = own
 	r.lastExec, r.low, r.lowCert = sn.Seq, sn.Seq, sn.Stable
@@ -177,19 +178,20 @@ func (r *Replica) replayEntry(seq, v uint64) *entry {
 func (r *Replica) replayCommitted(c *Commit) error {
 	e := r.log[c.Seq]
 	var batch []Request
+	var t uint64
 	switch {
 	case e == nil:
 	case e.pp != nil && e.pp.Digest == c.Digest:
-		batch = e.pp.Batch
+		batch, t = e.pp.Batch, e.pp.Time
 	case e.cert != nil && e.cert.PrePrepare.Digest == c.Digest:
-		batch = e.cert.PrePrepare.Batch
+		batch, t = e.cert.PrePrepare.Batch, e.cert.PrePrepare.Time
 	default:
 		e = nil
 	}
 	if e == nil {
 		return fmt.Errorf("%w: seq %d committed with no pre-prepare of its digest", ErrInvalid, c.Seq)
 	}
-	e.committed, e.cView, e.cDigest, e.batch = true, c.View, c.Digest, batch
+	e.committed, e.cView, e.cDigest, e.cTime, e.batch = true, c.View, c.Digest, t, batch
 	return nil
 }
 

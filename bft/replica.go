@@ -3,6 +3,7 @@ package bft
 import (
 	"fmt"
 	"sort"
+	"time"
 )
 
 // viewHorizon bounds how far above its view a replica buffers messages
@@ -26,6 +27,9 @@ type Replica struct {
 	viewChanging bool
 
 	lastExec uint64
+	// agreedTime is the time the last executed batch ran at (see
+	// agreedtime.go): replicated state, in every checkpoint.
+	agreedTime uint64
 	// low is the stable checkpoint this replica holds the state of: the
 	// low watermark. lowCert proves it (empty for 0).
 	low     uint64
@@ -127,6 +131,7 @@ type entry struct {
 	committedAt uint64 // the tick it committed at
 	cView       uint64
 	cDigest     Digest
+	cTime       uint64
 	batch       []Request
 }
 
@@ -170,6 +175,11 @@ type Committed struct {
 	View, Seq uint64
 	Digest    Digest
 	Batch     []Request
+	// Time is the agreed time the batch executed at (ExecContext.Time);
+	// Proposed the time its pre-prepare carried (Digest covers it),
+	// which Time is unless that was below the previous batch's.
+	Time     time.Time
+	Proposed uint64
 }
 
 // Status is a snapshot of a replica's progress and counters.
@@ -179,7 +189,10 @@ type Status struct {
 	ViewChanging bool
 	LowWatermark uint64
 	LastExecuted uint64
-	Stable       uint64
+	// Time is the agreed time of the last executed batch (zero before
+	// the first).
+	Time   time.Time
+	Stable uint64
 	// KnownStable is the highest stable checkpoint this replica knows of;
 	// above LastExecuted while it catches up.
 	KnownStable uint64
@@ -439,6 +452,9 @@ func (r *Replica) Status() Status {
 	s.ViewChanging = r.viewChanging
 	s.LowWatermark = r.low
 	s.LastExecuted = r.lastExec
+	if r.agreedTime != 0 {
+		s.Time = agreedAt(r.agreedTime)
+	}
 	s.Stable = r.low
 	s.KnownStable = r.target
 	s.LogEntries = len(r.log)

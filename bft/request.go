@@ -277,7 +277,8 @@ func (r *Replica) propose(force bool) {
 		}
 		force = false
 		r.batchTimer = 0
-		pp := &PrePrepare{View: r.view, Seq: seq, Digest: BatchDigest(batch), Batch: batch}
+		t := r.proposeTime(seq)
+		pp := &PrePrepare{View: r.view, Seq: seq, Time: t, Digest: BatchDigest(t, batch), Batch: batch}
 		pp.Sig = r.cfg.Auth.Sign(pp)
 		r.broadcast(pp)
 		r.acceptPrePrepare(r.entryFor(seq), pp)

@@ -18,7 +18,9 @@ func TestForgedSenderRejected(t *testing.T) {
 		t.Fatalf("prepare claiming 2 from 3: %v", err)
 	}
 	// A pre-prepare from a replica that is not the primary.
-	pp := &bft.PrePrepare{View: 0, Seq: 1, Digest: bft.BatchDigest(nil)}
+	pp := &bft.PrePrepare{View: 0, Seq: 1, Time: uint64(n.Clock(0).UnixNano()), Batch: []bft.Request{{Client: 1, Timestamp: 9}}}
+	n.Keys.SignRequest(&pp.Batch[0])
+	pp.Digest = bft.BatchDigest(pp.Time, pp.Batch)
 	pp.Sig = n.Keys.MAC(2, pp)
 	if err := r.Step(bft.ToReplica(2), pp); !errors.Is(err, bft.ErrForged) {
 		t.Fatalf("pre-prepare from a backup: %v", err)
@@ -42,8 +44,8 @@ func TestForgedSenderRejected(t *testing.T) {
 	// A pre-prepare holding a request whose authenticator is bad for
 	// this replica.
 	req.Auth[32*1] ^= 1
-	pp = &bft.PrePrepare{View: 0, Seq: 1, Batch: []bft.Request{*req}}
-	pp.Digest = bft.BatchDigest(pp.Batch)
+	pp = &bft.PrePrepare{View: 0, Seq: 1, Time: uint64(n.Clock(0).UnixNano()), Batch: []bft.Request{*req}}
+	pp.Digest = bft.BatchDigest(pp.Time, pp.Batch)
 	pp.Sig = n.Keys.MAC(0, pp)
 	if err := r.Step(bft.ToReplica(0), pp); !errors.Is(err, bft.ErrForged) {
 		t.Fatalf("pre-prepare with a forged request: %v", err)
@@ -73,7 +75,7 @@ func TestOutOfWatermarkRejected(t *testing.T) {
 	n := newNet(t, simnet.Options{Seed: 31, Config: smallCfg})
 	r := n.Replicas[1]
 	for _, seq := range []uint64{0, 17, 1000, ^uint64(0)} {
-		pp := &bft.PrePrepare{View: 0, Seq: seq, Digest: bft.BatchDigest(nil)}
+		pp := &bft.PrePrepare{View: 0, Seq: seq, Digest: bft.BatchDigest(0, nil)}
 		pp.Sig = n.Keys.MAC(0, pp)
 		err := r.Step(bft.ToReplica(0), pp)
 		if !errors.Is(err, bft.ErrWatermark) && !errors.Is(err, bft.ErrStale) {
@@ -85,15 +87,18 @@ func TestOutOfWatermarkRejected(t *testing.T) {
 			t.Fatalf("prepare at seq %d: %v", seq, err)
 		}
 	}
-	pp := &bft.PrePrepare{View: 0, Seq: 16, Digest: bft.BatchDigest(nil)}
+	now := uint64(n.Clock(0).UnixNano())
+	pp := &bft.PrePrepare{View: 0, Seq: 16, Time: now, Batch: []bft.Request{{Client: 1, Timestamp: 2}}}
+	n.Keys.SignRequest(&pp.Batch[0])
+	pp.Digest = bft.BatchDigest(pp.Time, pp.Batch)
 	pp.Sig = n.Keys.MAC(0, pp)
 	if err := r.Step(bft.ToReplica(0), pp); err != nil {
 		t.Fatalf("pre-prepare at the high watermark: %v", err)
 	}
 	// Equivocation: another digest at the same (view, seq).
-	pp2 := &bft.PrePrepare{View: 0, Seq: 16, Batch: []bft.Request{{Client: 1, Timestamp: 1}}}
+	pp2 := &bft.PrePrepare{View: 0, Seq: 16, Time: now, Batch: []bft.Request{{Client: 1, Timestamp: 1}}}
 	n.Keys.SignRequest(&pp2.Batch[0])
-	pp2.Digest = bft.BatchDigest(pp2.Batch)
+	pp2.Digest = bft.BatchDigest(pp2.Time, pp2.Batch)
 	pp2.Sig = n.Keys.MAC(0, pp2)
 	if err := r.Step(bft.ToReplica(0), pp2); !errors.Is(err, bft.ErrEquivocation) {
 		t.Fatalf("second pre-prepare: %v", err)
@@ -139,8 +144,8 @@ func TestDuplicateRequestNotReexecuted(t *testing.T) {
 	}
 	// A primary that proposes it again (in a new batch) must not get it
 	// executed twice either.
-	pp := &bft.PrePrepare{View: 0, Seq: 2, Batch: []bft.Request{*sent}}
-	pp.Digest = bft.BatchDigest(pp.Batch)
+	pp := &bft.PrePrepare{View: 0, Seq: 2, Time: uint64(n.Clock(0).UnixNano()), Batch: []bft.Request{*sent}}
+	pp.Digest = bft.BatchDigest(pp.Time, pp.Batch)
 	pp.Sig = n.Keys.MAC(0, pp)
 	n.Send(bft.ToReplica(0), bft.Envelope{To: bft.ToReplica(1), Msg: pp})
 	n.Send(bft.ToReplica(0), bft.Envelope{To: bft.ToReplica(2), Msg: pp})

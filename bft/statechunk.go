@@ -6,9 +6,9 @@ import (
 	"fmt"
 )
 
-// A checkpointed state is one byte string, the state bytes: the reply
-// cache, then the application snapshot. The reply cache is a uvarint
-// count and, for each client in increasing order, its ID, the timestamp
+// A checkpointed state is one byte string, the state bytes: the agreed
+// time (a uvarint), the reply cache, then the application snapshot. The
+// reply cache is a uvarint count and, for each client in increasing order, its ID, the timestamp
 // and the result (a uvarint length and the bytes) of its last executed
 // request; the snapshot is the rest. A reply's View and Replica differ
 // between replicas (a batch may commit in different views at different
@@ -31,14 +31,15 @@ const (
 	maxChunks = 1 << 16
 )
 
-// encodeState returns the state bytes of a reply cache (sorted by client)
-// and an application snapshot.
-func encodeState(replies []Reply, snap []byte) []byte {
-	n := binary.MaxVarintLen64 + len(snap)
+// encodeState returns the state bytes of an agreed time, a reply cache
+// (sorted by client) and an application snapshot.
+func encodeState(time uint64, replies []Reply, snap []byte) []byte {
+	n := 2*binary.MaxVarintLen64 + len(snap)
 	for i := range replies {
 		n += 3*binary.MaxVarintLen64 + len(replies[i].Result)
 	}
 	b := make([]byte, 0, n)
+	b = binary.AppendUvarint(b, time)
 	b = binary.AppendUvarint(b, uint64(len(replies)))
 	for i := range replies {
 		rp := &replies[i]
@@ -50,9 +51,9 @@ func encodeState(replies []Reply, snap []byte) []byte {
 	return append(b, snap...)
 }
 
-// decodeState splits state bytes into the reply cache and the snapshot,
-// which alias b. The replies carry no View and no Replica.
-func decodeState(b []byte) ([]Reply, []byte, error) {
+// decodeState splits state bytes into the agreed time, the reply cache and
+// the snapshot, which alias b. The replies carry no View and no Replica.
+func decodeState(b []byte) (uint64, []Reply, []byte, error) {
 	next := func() (uint64, error) {
 		v, n := binary.Uvarint(b)
 		if n <= 0 || n > 1 && b[n-1] == 0 {
@@ -62,39 +63,43 @@ func decodeState(b []byte) ([]Reply, []byte, error) {
 		b = b[n:]
 		return v, nil
 	}
+	time, err := next()
+	if err != nil {
+		return 0, nil, nil, err
+	}
 	count, err := next()
 	if err != nil {
-		return nil, nil, err
+		return 0, nil, nil, err
 	}
 	if count > uint64(len(b)/3) { // a reply takes at least 3 bytes
-		return nil, nil, fmt.Errorf("%w: state: %d replies in %d bytes", ErrInvalid, count, len(b))
+		return 0, nil, nil, fmt.Errorf("%w: state: %d replies in %d bytes", ErrInvalid, count, len(b))
 	}
 	replies := make([]Reply, count)
 	for i := range replies {
 		rp := &replies[i]
 		var c, l uint64
 		if c, err = next(); err != nil {
-			return nil, nil, err
+			return 0, nil, nil, err
 		}
 		if rp.Timestamp, err = next(); err != nil {
-			return nil, nil, err
+			return 0, nil, nil, err
 		}
 		if l, err = next(); err != nil {
-			return nil, nil, err
+			return 0, nil, nil, err
 		}
 		if l > uint64(len(b)) {
-			return nil, nil, fmt.Errorf("%w: state: reply of %d bytes, %d left", ErrInvalid, l, len(b))
+			return 0, nil, nil, fmt.Errorf("%w: state: reply of %d bytes, %d left", ErrInvalid, l, len(b))
 		}
 		rp.Client = ClientID(c)
 		if i > 0 && rp.Client <= replies[i-1].Client {
-			return nil, nil, fmt.Errorf("%w: state: replies not sorted by client", ErrInvalid)
+			return 0, nil, nil, fmt.Errorf("%w: state: replies not sorted by client", ErrInvalid)
 		}
 		if l > 0 {
 			rp.Result = b[:l:l]
 		}
 		b = b[l:]
 	}
-	return replies, b, nil
+	return time, replies, b, nil
 }
 
 // chunkCount is the number of chunks of a state of length bytes.

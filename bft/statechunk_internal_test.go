@@ -29,7 +29,8 @@ func TestStateChunksProperty(t *testing.T) {
 			}
 			replies = append(replies, Reply{Client: ClientID(2*c + 1), Timestamp: rng.Uint64(), Result: res})
 		}
-		state := encodeState(replies, snap)
+		tm := rng.Uint64()
+		state := encodeState(tm, replies, snap)
 		sz := uint64(size%64) + 1
 		count := chunkCount(uint64(len(state)), sz)
 		var joined []byte
@@ -43,8 +44,8 @@ func TestStateChunksProperty(t *testing.T) {
 		if !bytes.Equal(joined, state) || len(chunkDigests(state, sz)) != int(count) {
 			return false
 		}
-		gotReplies, gotSnap, err := decodeState(state)
-		if err != nil || !bytes.Equal(gotSnap, snap) || len(gotReplies) != len(replies) {
+		gotTime, gotReplies, gotSnap, err := decodeState(state)
+		if err != nil || gotTime != tm || !bytes.Equal(gotSnap, snap) || len(gotReplies) != len(replies) {
 			return false
 		}
 		for i := range replies {
@@ -63,7 +64,7 @@ func TestStateChunksProperty(t *testing.T) {
 // A manifest is accepted only if it is the certified one, well formed and
 // within MaxStateBytes.
 func TestCheckManifest(t *testing.T) {
-	state := encodeState(nil, bytes.Repeat([]byte("x"), 1000))
+	state := encodeState(0, nil, bytes.Repeat([]byte("x"), 1000))
 	chunks := chunkDigests(state, 64)
 	d := manifestDigest(64, uint64(len(state)), chunks)
 	good := func() *State {
@@ -93,18 +94,18 @@ func TestCheckManifest(t *testing.T) {
 }
 
 func FuzzDecodeState(f *testing.F) {
-	f.Add(encodeState([]Reply{{Client: 1, Timestamp: 2, Result: []byte("r")}, {Client: 5}}, []byte("snapshot")))
+	f.Add(encodeState(1e18, []Reply{{Client: 1, Timestamp: 2, Result: []byte("r")}, {Client: 5}}, []byte("snapshot")))
 	f.Add([]byte{0x80})
-	f.Add([]byte{2, 1, 1, 0, 1, 1, 0})
+	f.Add([]byte{0, 2, 1, 1, 0, 1, 1, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		replies, snap, err := decodeState(b)
+		tm, replies, snap, err := decodeState(b)
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("error %v does not wrap ErrInvalid", err)
 			}
 			return
 		}
-		if again := encodeState(replies, snap); !bytes.Equal(again, b) {
+		if again := encodeState(tm, replies, snap); !bytes.Equal(again, b) {
 			t.Fatalf("re-encodes to %x from %x", again, b)
 		}
 	})

@@ -256,13 +256,14 @@ func (r *Replica) onChunk(m *Chunk) error {
 // checkpoint, cert proving it. own.digest must be the digest of
 // own.state, certified by cert.
 func (r *Replica) installState(own *ownCheckpoint, cert []Checkpoint) error {
-	replies, snap, err := decodeState(own.state)
+	t, replies, snap, err := decodeState(own.state)
 	if err != nil {
 		return fmt.Errorf("state at %d: %w", own.seq, err)
 	}
 	if err := r.cfg.App.Restore(snap); err != nil {
 		return fmt.Errorf("%w: state at %d: restore: %v", ErrInvalid, own.seq, err)
 	}
+	r.agreedTime = t
 	clear(r.replies)
 	for i := range replies {
 		rp := replies[i]

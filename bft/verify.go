@@ -133,6 +133,6 @@ func (r *Replica) verifiedBefore(vc *ViewChange) bool {
 
 // samePrePrepare compares two pre-prepares without batches.
 func samePrePrepare(a, b *PrePrepare) bool {
-	return a.View == b.View && a.Seq == b.Seq && a.Digest == b.Digest && bytes.Equal(a.Sig, b.Sig) &&
+	return a.View == b.View && a.Seq == b.Seq && a.Time == b.Time && a.Digest == b.Digest && bytes.Equal(a.Sig, b.Sig) &&
 		len(a.Batch) == 0 && len(b.Batch) == 0
 }

@@ -145,7 +145,8 @@ func (r *Replica) tickViewChange() {
 // the highest stable checkpoint among them, to max-s, the highest
 // prepared sequence number, each slot gets the digest of the prepared
 // certificate of the highest view, or the null batch's. The pre-prepares
-// are unsigned and carry no batch.
+// are unsigned and carry no batch; a re-proposed one keeps its time, a
+// null one has time 0.
 func computeNewView(view uint64, vcs []ViewChange) (minS uint64, minCert []Checkpoint, pps []PrePrepare) {
 	for i := range vcs {
 		if vcs[i].StableSeq > minS {
@@ -169,11 +170,10 @@ func computeNewView(view uint64, vcs []ViewChange) (minS uint64, minCert []Check
 			}
 		}
 	}
-	null := BatchDigest(nil)
 	for s := minS + 1; s <= maxS && s > minS; s++ {
-		pp := PrePrepare{View: view, Seq: s, Digest: null}
+		pp := PrePrepare{View: view, Seq: s, Digest: nullDigest}
 		if c := best[s]; c != nil {
-			pp.Digest = c.PrePrepare.Digest
+			pp.Time, pp.Digest = c.PrePrepare.Time, c.PrePrepare.Digest
 		}
 		pps = append(pps, pp)
 	}
@@ -238,7 +238,7 @@ func (r *Replica) onNewView(nv *NewView) error {
 	}
 	for i := range pps {
 		got := &nv.PrePrepares[i]
-		if got.View != pps[i].View || got.Seq != pps[i].Seq || got.Digest != pps[i].Digest || len(got.Batch) != 0 {
+		if got.View != pps[i].View || got.Seq != pps[i].Seq || got.Time != pps[i].Time || got.Digest != pps[i].Digest || len(got.Batch) != 0 {
 			return fmt.Errorf("%w: new view %d pre-prepare for seq %d differs from the recomputed one", ErrForged, nv.View, pps[i].Seq)
 		}
 		if !r.cfg.Auth.Verify(nv.Replica, got, got.Sig) {
@@ -286,7 +286,7 @@ func (r *Replica) enterView(nv *NewView, minS uint64, minCert []Checkpoint) {
 			continue
 		}
 		// Before entryFor forgets the slot's old pre-prepare.
-		b, held := r.heldBatch(pp.Seq, pp.Digest)
+		b, _, held := r.heldBatch(pp.Seq, pp.Digest)
 		e := r.entryFor(pp.Seq)
 		if e.committed && e.cDigest != pp.Digest {
 			// Cannot happen with at most f faults: a committed batch is

@@ -80,8 +80,10 @@ func TestEquivocatingPrimary(t *testing.T) {
 		if from != 0 || !ok || e.To.ID < 2 {
 			return []bft.Envelope{e}
 		}
-		// Replicas 2 and 3 get an empty batch at the same (view, seq).
-		alt := &bft.PrePrepare{View: pp.View, Seq: pp.Seq, Digest: bft.BatchDigest(nil)}
+		// Replicas 2 and 3 get the same batch at the same (view, seq),
+		// at another time.
+		alt := &bft.PrePrepare{View: pp.View, Seq: pp.Seq, Time: pp.Time + 1, Batch: pp.Batch}
+		alt.Digest = bft.BatchDigest(alt.Time, alt.Batch)
 		alt.Sig = n.Keys.MAC(0, alt)
 		return []bft.Envelope{{To: e.To, Msg: alt}}
 	}
@@ -113,7 +115,7 @@ func TestLyingViewChangeIgnored(t *testing.T) {
 			return []bft.Envelope{e}
 		}
 		lie := *vc
-		bad := bft.PrePrepare{View: 0, Seq: vc.StableSeq + 1, Digest: bft.BatchDigest([]bft.Request{{Client: 9, Timestamp: 1, Op: []byte("evil")}})}
+		bad := bft.PrePrepare{View: 0, Seq: vc.StableSeq + 1, Digest: bft.BatchDigest(0, []bft.Request{{Client: 9, Timestamp: 1, Op: []byte("evil")}})}
 		bad.Sig = n.Keys.MAC(0, &bad)
 		lie.Prepared = []bft.PreparedCert{{PrePrepare: bad}} // no prepares
 		lie.Sig = n.Keys.MAC(6, &lie)

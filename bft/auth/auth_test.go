@@ -417,7 +417,7 @@ func TestMACKey(t *testing.T) {
 func signedSamples() []bft.Message {
 	d := bft.Digest{1, 2, 3}
 	batch := []bft.Request{{Client: 1, Timestamp: 2, Op: []byte("op"), Auth: make([]byte, 64)}}
-	pp := bft.PrePrepare{View: 1, Seq: 10, Digest: bft.BatchDigest(batch), Batch: batch}
+	pp := bft.PrePrepare{View: 1, Seq: 10, Time: 1 << 60, Digest: bft.BatchDigest(1<<60, batch), Batch: batch}
 	header := pp // as certificates and new views carry it: no batch
 	header.Batch = nil
 	cp := bft.Checkpoint{Seq: 8, State: d, Replica: 3, Sig: make([]byte, 64)}
@@ -691,7 +691,7 @@ func benchMessages() []benchMessage {
 	for i := range batch {
 		batch[i] = bft.Request{Client: bft.ClientID(i), Timestamp: 1, Op: make([]byte, 100), Auth: make([]byte, 4*MACSize)}
 	}
-	pp := &bft.PrePrepare{View: 1, Seq: 1000, Digest: bft.BatchDigest(batch), Batch: batch}
+	pp := &bft.PrePrepare{View: 1, Seq: 1000, Digest: bft.BatchDigest(0, batch), Batch: batch}
 	return []benchMessage{
 		{"prepare", &bft.Prepare{View: 1, Seq: 1000, Digest: bft.Digest{1}, Replica: 1}},
 		{"pre-prepare-64x100B", pp},

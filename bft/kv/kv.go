@@ -147,7 +147,7 @@ func New(cfg Config) *Store {
 func (s *Store) Len() int { return len(s.m) }
 
 // Lookup returns a copy of key's value, for local reads and tests. Reads
-// that must be linearizable go through Execute(EncodeGet(key)) instead.
+// that must be linearizable go through Execute(ctx, EncodeGet(key)) instead.
 func (s *Store) Lookup(key []byte) (value []byte, found bool) {
 	e, ok := s.m[string(key)]
 	if !ok {
@@ -158,7 +158,8 @@ func (s *Store) Lookup(key []byte) (value []byte, found bool) {
 
 // Execute runs one operation and returns its result; see the package
 // documentation for both formats. It never panics and never keeps op.
-func (s *Store) Execute(op []byte) []byte {
+// The store's operations depend on nothing in ctx.
+func (s *Store) Execute(_ bft.ExecContext, op []byte) []byte {
 	if len(op) == 0 {
 		return nil
 	}

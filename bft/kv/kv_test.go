@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/rubin-go/rubin/bft"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -14,7 +15,7 @@ import (
 // do executes op and decodes the result, failing on undecodable results.
 func do(t testing.TB, s *Store, op []byte) (value []byte, found bool, err error) {
 	t.Helper()
-	value, found, err = DecodeResult(s.Execute(op))
+	value, found, err = DecodeResult(s.Execute(bft.ExecContext{}, op))
 	var oe *OpError
 	if err != nil && !errors.As(err, &oe) {
 		t.Fatalf("Execute(%x) gave an undecodable result: %v", op, err)
@@ -46,14 +47,14 @@ func TestOps(t *testing.T) {
 	}
 
 	// Results must not alias the store: mutating one changes nothing.
-	res := s.Execute(EncodeGet(k))
+	res := s.Execute(bft.ExecContext{}, EncodeGet(k))
 	res[1] = 'X'
 	if got, _, _ := do(t, s, EncodeGet(k)); string(got) != "v3" {
 		t.Fatalf("store aliased a result: Get = %q", got)
 	}
 	// Nor does the store keep op.
 	op := EncodePut([]byte("alias"), []byte("before"))
-	s.Execute(op)
+	s.Execute(bft.ExecContext{}, op)
 	copy(op[len(op)-6:], "after!")
 	if got, _, _ := do(t, s, EncodeGet([]byte("alias"))); string(got) != "before" {
 		t.Fatalf("store kept op: Get = %q", got)
@@ -93,7 +94,7 @@ func TestAdd(t *testing.T) {
 	if int64(binary.BigEndian.Uint64(got)) != math.MinInt64 {
 		t.Fatalf("overflowing Add = %d, want MinInt64", int64(binary.BigEndian.Uint64(got)))
 	}
-	s.Execute(EncodePut([]byte("str"), []byte("abc")))
+	s.Execute(bft.ExecContext{}, EncodePut([]byte("str"), []byte("abc")))
 	if _, _, err := do(t, s, EncodeAdd([]byte("str"), 1)); err == nil || !strings.Contains(err.Error(), "not an 8-byte integer") {
 		t.Fatalf("Add on a non-integer: err = %v", err)
 	}
@@ -126,10 +127,10 @@ func TestCAS(t *testing.T) {
 
 func TestEmptyOp(t *testing.T) {
 	s := New(Config{})
-	s.Execute(EncodePut([]byte("a"), []byte("b")))
+	s.Execute(bft.ExecContext{}, EncodePut([]byte("a"), []byte("b")))
 	before := s.Snapshot()
 	for _, op := range [][]byte{nil, {}} {
-		if res := s.Execute(op); len(res) != 0 {
+		if res := s.Execute(bft.ExecContext{}, op); len(res) != 0 {
 			t.Fatalf("Execute(%#v) = %x, want empty", op, res)
 		}
 	}
@@ -162,13 +163,13 @@ func TestLimitsAndMalformed(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := s.Snapshot()
-			res := s.Execute([]byte(tc.op))
+			res := s.Execute(bft.ExecContext{}, []byte(tc.op))
 			_, _, err := DecodeResult(res)
 			var oe *OpError
 			if !errors.As(err, &oe) || !strings.Contains(oe.Msg, tc.want) {
 				t.Fatalf("err = %v, want an OpError containing %q", err, tc.want)
 			}
-			if !bytes.Equal(res, s.Execute([]byte(tc.op))) {
+			if !bytes.Equal(res, s.Execute(bft.ExecContext{}, []byte(tc.op))) {
 				t.Fatal("error result not deterministic")
 			}
 			if !bytes.Equal(before, s.Snapshot()) {
@@ -176,12 +177,12 @@ func TestLimitsAndMalformed(t *testing.T) {
 			}
 		})
 	}
-	s.Execute(EncodePut([]byte("a"), nil))
-	s.Execute(EncodePut([]byte("b"), nil))
-	if _, _, err := DecodeResult(s.Execute(EncodePut([]byte("c"), nil))); err == nil || !strings.Contains(err.Error(), "store full") {
+	s.Execute(bft.ExecContext{}, EncodePut([]byte("a"), nil))
+	s.Execute(bft.ExecContext{}, EncodePut([]byte("b"), nil))
+	if _, _, err := DecodeResult(s.Execute(bft.ExecContext{}, EncodePut([]byte("c"), nil))); err == nil || !strings.Contains(err.Error(), "store full") {
 		t.Fatalf("Put beyond MaxKeys: err = %v", err)
 	}
-	if _, found, err := DecodeResult(s.Execute(EncodePut([]byte("a"), []byte("ok")))); err != nil || !found {
+	if _, found, err := DecodeResult(s.Execute(bft.ExecContext{}, EncodePut([]byte("a"), []byte("ok")))); err != nil || !found {
 		t.Fatalf("overwrite in a full store: found=%v err=%v", found, err)
 	}
 	if _, _, err := DecodeResult([]byte{0x09}); err == nil {
@@ -191,19 +192,19 @@ func TestLimitsAndMalformed(t *testing.T) {
 
 func fill(s *Store, order []int) {
 	for _, i := range order {
-		s.Execute(EncodePut(fmt.Appendf(nil, "key-%03d", i), fmt.Appendf(nil, "value-%d", i*i)))
+		s.Execute(bft.ExecContext{}, EncodePut(fmt.Appendf(nil, "key-%03d", i), fmt.Appendf(nil, "value-%d", i*i)))
 	}
 }
 
 func TestSnapshotRoundTrip(t *testing.T) {
 	s := New(Config{})
 	fill(s, rand.Perm(200))
-	s.Execute(EncodePut(nil, nil)) // the empty key survives too
-	s.Execute(EncodeDelete([]byte("key-007")))
+	s.Execute(bft.ExecContext{}, EncodePut(nil, nil)) // the empty key survives too
+	s.Execute(bft.ExecContext{}, EncodeDelete([]byte("key-007")))
 	snap := s.Snapshot()
 
 	r := New(Config{})
-	r.Execute(EncodePut([]byte("stale"), []byte("gone after restore")))
+	r.Execute(bft.ExecContext{}, EncodePut([]byte("stale"), []byte("gone after restore")))
 	if err := r.Restore(snap); err != nil {
 		t.Fatal(err)
 	}
@@ -241,8 +242,8 @@ func TestSnapshotDeterministic(t *testing.T) {
 	fill(a, rand.Perm(300))
 	fill(b, rand.Perm(300))
 	// Different histories, same final state.
-	b.Execute(EncodePut([]byte("tmp"), []byte("x")))
-	b.Execute(EncodeDelete([]byte("tmp")))
+	b.Execute(bft.ExecContext{}, EncodePut([]byte("tmp"), []byte("x")))
+	b.Execute(bft.ExecContext{}, EncodeDelete([]byte("tmp")))
 	if !bytes.Equal(a.Snapshot(), b.Snapshot()) {
 		t.Fatal("equal states gave different snapshots")
 	}
@@ -253,8 +254,8 @@ func TestSnapshotDeterministic(t *testing.T) {
 
 func TestRestoreRejects(t *testing.T) {
 	good := New(Config{})
-	good.Execute(EncodePut([]byte("a"), []byte("1")))
-	good.Execute(EncodePut([]byte("b"), []byte("2")))
+	good.Execute(bft.ExecContext{}, EncodePut([]byte("a"), []byte("1")))
+	good.Execute(bft.ExecContext{}, EncodePut([]byte("b"), []byte("2")))
 	snap := good.Snapshot()
 	entry := func(k, v string) []byte {
 		b := binary.AppendUvarint(nil, uint64(len(k)))
@@ -288,7 +289,7 @@ func TestRestoreRejects(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := New(Config{MaxKeySize: 4, MaxValueSize: 8, MaxKeys: 2})
-			s.Execute(EncodePut([]byte("keep"), []byte("me")))
+			s.Execute(bft.ExecContext{}, EncodePut([]byte("keep"), []byte("me")))
 			err := s.Restore(tc.snap)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Restore err = %v, want one containing %q", err, tc.want)
@@ -310,10 +311,10 @@ func FuzzExecute(f *testing.F) {
 	f.Add([]byte{OpPut, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
 	f.Fuzz(func(t *testing.T, op []byte) {
 		s := New(Config{MaxKeySize: 16, MaxValueSize: 64, MaxKeys: 4})
-		s.Execute(EncodePut([]byte("k"), []byte("v")))
-		s.Execute(EncodeAdd([]byte("n"), 1))
+		s.Execute(bft.ExecContext{}, EncodePut([]byte("k"), []byte("v")))
+		s.Execute(bft.ExecContext{}, EncodeAdd([]byte("n"), 1))
 		before := s.Snapshot()
-		res := s.Execute(op)
+		res := s.Execute(bft.ExecContext{}, op)
 		if len(op) == 0 && len(res) != 0 {
 			t.Fatalf("empty op gave %x", res)
 		}
@@ -333,7 +334,7 @@ func FuzzExecute(f *testing.F) {
 		if err := r.Restore(before); err != nil {
 			t.Fatal(err)
 		}
-		if got := r.Execute(op); !bytes.Equal(got, res) {
+		if got := r.Execute(bft.ExecContext{}, op); !bytes.Equal(got, res) {
 			t.Fatalf("replicas disagree on %x: %x vs %x", op, res, got)
 		}
 		if !bytes.Equal(r.Snapshot(), s.Snapshot()) {
@@ -350,7 +351,7 @@ func FuzzRestore(f *testing.F) {
 	f.Add([]byte(snapshotMagic + "\xff\xff\xff\xff\x0f"))
 	f.Fuzz(func(t *testing.T, snap []byte) {
 		r := New(Config{MaxKeySize: 32, MaxValueSize: 64, MaxKeys: 100})
-		r.Execute(EncodePut([]byte("keep"), nil))
+		r.Execute(bft.ExecContext{}, EncodePut([]byte("keep"), nil))
 		before := r.Snapshot()
 		if err := r.Restore(snap); err != nil {
 			if !bytes.Equal(before, r.Snapshot()) {
@@ -379,24 +380,24 @@ func BenchmarkExecute(b *testing.B) {
 		s := New(Config{})
 		b.ReportAllocs()
 		for i := 0; b.Loop(); i++ {
-			s.Execute(puts[i%len(puts)])
+			s.Execute(bft.ExecContext{}, puts[i%len(puts)])
 		}
 	})
 	b.Run("Get", func(b *testing.B) {
 		s := New(Config{})
 		for _, p := range puts {
-			s.Execute(p)
+			s.Execute(bft.ExecContext{}, p)
 		}
 		b.ReportAllocs()
 		for i := 0; b.Loop(); i++ {
-			s.Execute(gets[i%len(gets)])
+			s.Execute(bft.ExecContext{}, gets[i%len(gets)])
 		}
 	})
 	b.Run("Empty", func(b *testing.B) {
 		s := New(Config{})
 		b.ReportAllocs()
 		for b.Loop() {
-			s.Execute(nil)
+			s.Execute(bft.ExecContext{}, nil)
 		}
 	})
 }

@@ -153,9 +153,9 @@ type gatedApp struct {
 	gate chan struct{}
 }
 
-func (a gatedApp) Execute(op []byte) []byte {
+func (a gatedApp) Execute(ctx bft.ExecContext, op []byte) []byte {
 	<-a.gate
-	return a.App.Execute(op)
+	return a.App.Execute(ctx, op)
 }
 
 // TestInboundQueueBytes: replica 1's core stalls (its application blocks)

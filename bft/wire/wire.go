@@ -21,8 +21,8 @@
 // way; a State's Chunks are a list of digests. One exception: the
 // pre-prepare of a prepared certificate (in a view change) and the
 // pre-prepares of a new view are encoded without their Batch field
-// (view, sequence number, digest and signature only), since they never
-// carry a batch. There is no framing: the transport delimits
+// (view, sequence number, time, digest and signature only), since they
+// never carry a batch. There is no framing: the transport delimits
 // messages, and Decode takes exactly one.
 //
 // SignedBytes is the content a signature covers: the same encoding with
@@ -133,14 +133,14 @@ func (l Limits) withDefaults() Limits {
 // and every length takes at least one byte, a digest 32. A list count is
 // checked against remaining/min before the list is allocated.
 const (
-	minRequest      = 4                     // client, timestamp, op length, auth length
-	minReply        = 5                     // view, timestamp, client, replica, result length
-	minPrePrepare   = 1 + 1 + 32 + 1 + 1    // view, seq, digest, batch count, sig length
-	minPPHeader     = 1 + 1 + 32 + 1        // view, seq, digest, sig length (no batch)
-	minPrepare      = 1 + 1 + 32 + 1 + 1    // view, seq, digest, replica, sig length
-	minCheckpoint   = 1 + 32 + 1 + 1        // seq, state, replica, sig length
-	minPreparedCert = minPPHeader + 1       // pre-prepare header, prepares count
-	minViewChange   = 1 + 1 + 1 + 1 + 1 + 1 // view, stable seq, two counts, replica, sig length
+	minRequest      = 4                      // client, timestamp, op length, auth length
+	minReply        = 5                      // view, timestamp, client, replica, result length
+	minPrePrepare   = 1 + 1 + 1 + 32 + 1 + 1 // view, seq, time, digest, batch count, sig length
+	minPPHeader     = 1 + 1 + 1 + 32 + 1     // view, seq, time, digest, sig length (no batch)
+	minPrepare      = 1 + 1 + 32 + 1 + 1     // view, seq, digest, replica, sig length
+	minCheckpoint   = 1 + 32 + 1 + 1         // seq, state, replica, sig length
+	minPreparedCert = minPPHeader + 1        // pre-prepare header, prepares count
+	minViewChange   = 1 + 1 + 1 + 1 + 1 + 1  // view, stable seq, two counts, replica, sig length
 )
 
 // Append appends the encoding of m to b and returns the extended slice.
@@ -154,8 +154,8 @@ func Append(b []byte, m bft.Message) []byte {
 
 // SignedBytes appends to b the bytes a signature over m covers: m's
 // encoding with its own Sig field written as empty, except that a
-// PrePrepare's covers only its view, sequence number and digest (see
-// below). For a message type without a Sig field it is the plain
+// PrePrepare's covers only its view, sequence number, time and digest
+// (see below). For a message type without a Sig field it is the plain
 // encoding.
 func SignedBytes(b []byte, m bft.Message) []byte {
 	return appendMessage(b, m, false)
@@ -173,11 +173,12 @@ func appendMessage(b []byte, m bft.Message, sig bool) []byte {
 		b = append(b, byte(bft.TypePrePrepare))
 		if !sig {
 			// The signature covers the header and the digest, not the
-			// batch: the core checks Digest == BatchDigest(Batch) on every
+			// batch: the core checks Digest == BatchDigest(Time, Batch) on every
 			// pre-prepare it accepts, so the digest binds the batch, and
 			// signing stays as cheap for a full batch as for an empty one.
 			b = binary.AppendUvarint(b, m.View)
 			b = binary.AppendUvarint(b, m.Seq)
+			b = binary.AppendUvarint(b, m.Time)
 			return append(b, m.Digest[:]...)
 		}
 		return appendPrePrepare(b, m, sig)
@@ -243,6 +244,7 @@ func appendMessage(b []byte, m bft.Message, sig bool) []byte {
 	case *bft.Batch:
 		b = append(b, byte(bft.TypeBatch))
 		b = binary.AppendUvarint(b, m.Seq)
+		b = binary.AppendUvarint(b, m.Time)
 		b = append(b, m.Digest[:]...)
 		b = binary.AppendUvarint(b, uint64(len(m.Requests)))
 		for i := range m.Requests {
@@ -284,6 +286,7 @@ func appendReply(b []byte, r *bft.Reply) []byte {
 func appendPrePrepare(b []byte, m *bft.PrePrepare, sig bool) []byte {
 	b = binary.AppendUvarint(b, m.View)
 	b = binary.AppendUvarint(b, m.Seq)
+	b = binary.AppendUvarint(b, m.Time)
 	b = append(b, m.Digest[:]...)
 	b = binary.AppendUvarint(b, uint64(len(m.Batch)))
 	for i := range m.Batch {
@@ -300,6 +303,7 @@ func appendPPHeader(b []byte, m *bft.PrePrepare) []byte {
 	}
 	b = binary.AppendUvarint(b, m.View)
 	b = binary.AppendUvarint(b, m.Seq)
+	b = binary.AppendUvarint(b, m.Time)
 	b = append(b, m.Digest[:]...)
 	return appendBytes(b, m.Sig)
 }
@@ -589,7 +593,7 @@ func (d *decoder) reply(r *bft.Reply) (err error) {
 }
 
 func (d *decoder) prePrepare(m *bft.PrePrepare) (err error) {
-	if err = d.viewSeqDigest(&m.View, &m.Seq, &m.Digest); err != nil {
+	if err = d.ppStart(m); err != nil {
 		return err
 	}
 	if m.Batch, err = list(d, "batch", d.lim.MaxBatch, minRequest, d.request); err != nil {
@@ -600,7 +604,7 @@ func (d *decoder) prePrepare(m *bft.PrePrepare) (err error) {
 }
 
 // viewSeqDigest reads the view, sequence number and digest that open a
-// pre-prepare, a prepare and a commit.
+// prepare and a commit.
 func (d *decoder) viewSeqDigest(view, seq *uint64, dg *bft.Digest) (err error) {
 	if *view, err = d.uvarint("view"); err != nil {
 		return err
@@ -616,9 +620,24 @@ func (d *decoder) seqDigest(seq *uint64, dg *bft.Digest) (err error) {
 	return d.digest("digest", dg)
 }
 
+// ppStart reads the view, sequence number, time and digest that open a
+// pre-prepare.
+func (d *decoder) ppStart(m *bft.PrePrepare) (err error) {
+	if m.View, err = d.uvarint("view"); err != nil {
+		return err
+	}
+	if m.Seq, err = d.uvarint("seq"); err != nil {
+		return err
+	}
+	if m.Time, err = d.uvarint("time"); err != nil {
+		return err
+	}
+	return d.digest("digest", &m.Digest)
+}
+
 // ppHeader decodes a pre-prepare without its batch field.
 func (d *decoder) ppHeader(m *bft.PrePrepare) (err error) {
-	if err = d.viewSeqDigest(&m.View, &m.Seq, &m.Digest); err != nil {
+	if err = d.ppStart(m); err != nil {
 		return err
 	}
 	m.Sig, err = d.bytes("sig", d.lim.MaxSig)
@@ -789,7 +808,13 @@ func (d *decoder) fetchBatch(m *bft.FetchBatch) (err error) {
 }
 
 func (d *decoder) batch(m *bft.Batch) (err error) {
-	if err = d.seqDigest(&m.Seq, &m.Digest); err != nil {
+	if m.Seq, err = d.uvarint("seq"); err != nil {
+		return err
+	}
+	if m.Time, err = d.uvarint("time"); err != nil {
+		return err
+	}
+	if err = d.digest("digest", &m.Digest); err != nil {
 		return err
 	}
 	if m.Requests, err = list(d, "requests", d.lim.MaxBatch, minRequest, d.request); err != nil {

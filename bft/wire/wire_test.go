@@ -40,7 +40,7 @@ func batch(n, opSize int) []bft.Request {
 
 func prePrepare(view, seq uint64, n int) bft.PrePrepare {
 	b := batch(n, 100)
-	return bft.PrePrepare{View: view, Seq: seq, Digest: bft.BatchDigest(b), Batch: b, Sig: sig(1)}
+	return bft.PrePrepare{View: view, Seq: seq, Time: 1<<60 + seq, Digest: bft.BatchDigest(1<<60+seq, b), Batch: b, Sig: sig(1)}
 }
 
 // ppHeader is a pre-prepare as certificates and new views carry it: no
@@ -104,7 +104,7 @@ func samples() []bft.Message {
 		&bft.NewView{
 			View:        5,
 			ViewChanges: []bft.ViewChange{viewChange(1), viewChange(2), {View: 5, Replica: 3}},
-			PrePrepares: []bft.PrePrepare{ppHeader(5, 129, 2), {View: 5, Seq: 130, Digest: bft.BatchDigest(nil), Sig: sig(3)}},
+			PrePrepares: []bft.PrePrepare{ppHeader(5, 129, 2), {View: 5, Seq: 130, Digest: bft.BatchDigest(0, nil), Sig: sig(3)}},
 			Replica:     1,
 			Sig:         sig(4),
 		},
@@ -126,7 +126,7 @@ func samples() []bft.Message {
 		&bft.FetchBatch{},
 		&bft.FetchBatch{Seq: 129, Digest: digest(9), Replica: 2},
 		&bft.Batch{},
-		&bft.Batch{Seq: 129, Digest: pp.Digest, Requests: pp.Batch, Replica: 3},
+		&bft.Batch{Seq: 129, Time: pp.Time, Digest: pp.Digest, Requests: pp.Batch, Replica: 3},
 	}
 }
 
@@ -345,18 +345,18 @@ func TestMalformed(t *testing.T) {
 		{"op over limit", cat([]byte{byte(bft.TypeRequest)}, uv(1), uv(1), uv(9), make([]byte, 9), uv(0)), small, "request: op: length 9 exceeds the limit of 8"},
 		{"auth over limit", cat([]byte{byte(bft.TypeRequest)}, uv(1), uv(1), uv(0), uv(65), make([]byte, 65)), small, "request: auth: length 65 exceeds"},
 		{"result over limit", cat([]byte{byte(bft.TypeReply)}, uv(1), uv(1), uv(1), uv(1), uv(9), make([]byte, 9)), small, "reply: result: length 9 exceeds"},
-		{"batch over limit", cat([]byte{byte(bft.TypePrePrepare)}, uv(1), uv(1), d[:], uv(3), make([]byte, 12), uv(0)), small, "pre-prepare: batch: count 3 exceeds the limit of 2"},
+		{"batch over limit", cat([]byte{byte(bft.TypePrePrepare)}, uv(1), uv(1), uv(7), d[:], uv(3), make([]byte, 12), uv(0)), small, "pre-prepare: batch: count 3 exceeds the limit of 2"},
 		// A count the remaining input cannot hold fails before the
 		// list is allocated: 1e6 requests of at least 4 bytes in 5.
-		{"batch count vs input", cat([]byte{byte(bft.TypePrePrepare)}, uv(1), uv(1), d[:], uv(1e6), make([]byte, 5)), Limits{MaxBatch: 1 << 30}, "pre-prepare: batch: count 1000000: truncated"},
-		{"bad request in batch", cat([]byte{byte(bft.TypePrePrepare)}, uv(1), uv(1), d[:], uv(2), uv(1), uv(1), uv(0), uv(0), uv(1), uv(1), uv(5), make([]byte, 2)), Limits{}, "pre-prepare: batch[1]: op: length 5: truncated"},
+		{"batch count vs input", cat([]byte{byte(bft.TypePrePrepare)}, uv(1), uv(1), uv(7), d[:], uv(1e6), make([]byte, 5)), Limits{MaxBatch: 1 << 30}, "pre-prepare: batch: count 1000000: truncated"},
+		{"bad request in batch", cat([]byte{byte(bft.TypePrePrepare)}, uv(1), uv(1), uv(7), d[:], uv(2), uv(1), uv(1), uv(0), uv(0), uv(1), uv(1), uv(5), make([]byte, 2)), Limits{}, "pre-prepare: batch[1]: op: length 5: truncated"},
 		{"stable over limit", cat([]byte{byte(bft.TypeState)}, uv(1), uv(5)), small, "state: stable: count 5 exceeds the limit of 4"},
 		{"chunks over limit", cat([]byte{byte(bft.TypeState)}, uv(1), uv(0), uv(1), uv(0), uv(3)), small, "state: chunks: count 3 exceeds the limit of 2"},
 		{"chunks count vs input", cat([]byte{byte(bft.TypeState)}, uv(1), uv(0), uv(1), uv(0), uv(2), make([]byte, 40)), Limits{}, "state: chunks: count 2: truncated"},
 		{"chunk data vs input", cat([]byte{byte(bft.TypeChunk)}, uv(1), uv(0), uv(1<<20), make([]byte, 40)), Limits{}, "chunk: data: length 1048576: truncated"},
 		{"chunk data over limit", cat([]byte{byte(bft.TypeChunk)}, uv(1), uv(0), uv(1<<30)), Limits{}, "chunk: data: length 1073741824 exceeds the limit of 16777216"},
-		{"batch requests over limit", cat([]byte{byte(bft.TypeBatch)}, uv(1), d[:], uv(3), make([]byte, 12), uv(0)), small, "batch: requests: count 3 exceeds the limit of 2"},
-		{"batch requests vs input", cat([]byte{byte(bft.TypeBatch)}, uv(1), d[:], uv(1e6), make([]byte, 5)), Limits{MaxBatch: 1 << 30}, "batch: requests: count 1000000: truncated"},
+		{"batch requests over limit", cat([]byte{byte(bft.TypeBatch)}, uv(1), uv(7), d[:], uv(3), make([]byte, 12), uv(0)), small, "batch: requests: count 3 exceeds the limit of 2"},
+		{"batch requests vs input", cat([]byte{byte(bft.TypeBatch)}, uv(1), uv(7), d[:], uv(1e6), make([]byte, 5)), Limits{MaxBatch: 1 << 30}, "batch: requests: count 1000000: truncated"},
 		{"fetch-batch short digest", cat([]byte{byte(bft.TypeFetchBatch)}, uv(1), d[:20]), Limits{}, "fetch-batch: digest: truncated"},
 		{"view changes count vs input", cat([]byte{byte(bft.TypeNewView)}, uv(1), uv(100), make([]byte, 50)), Limits{}, "new-view: view-changes: count 100: truncated"},
 		{"nested error path", func() []byte {
@@ -407,7 +407,7 @@ func TestTruncations(t *testing.T) {
 // per input byte.
 func TestDecodeMemory(t *testing.T) {
 	const n = 100000
-	in := cat([]byte{byte(bft.TypePrePrepare)}, uv(1), uv(1), make([]byte, 32), uv(n), make([]byte, 4*n), uv(0))
+	in := cat([]byte{byte(bft.TypePrePrepare)}, uv(1), uv(1), uv(7), make([]byte, 32), uv(n), make([]byte, 4*n), uv(0))
 	lim := Limits{MaxBatch: n}
 	var before, after runtime.MemStats
 	runtime.GC()

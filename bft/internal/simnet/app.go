@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+
+	"github.com/rubin-go/rubin/bft"
 )
 
 // App is a trivial deterministic application: it counts operations and
@@ -14,12 +16,15 @@ type App struct {
 	Count uint64
 	Hash  [32]byte
 	Ops   [][]byte // every op executed since the last Restore (for tests)
+	// Contexts holds the context of every op in Ops.
+	Contexts []bft.ExecContext
 	// Pad makes the snapshot Pad bytes longer, for tests of large states:
 	// the count and hash repeated, so the filler changes with the state.
 	Pad int
 }
 
-func (a *App) Execute(op []byte) []byte {
+func (a *App) Execute(ctx bft.ExecContext, op []byte) []byte {
+	a.Contexts = append(a.Contexts, ctx)
 	a.Count++
 	h := sha256.New()
 	h.Write(a.Hash[:])
@@ -45,6 +50,6 @@ func (a *App) Restore(s []byte) error {
 	}
 	a.Count = binary.BigEndian.Uint64(s)
 	copy(a.Hash[:], s[8:])
-	a.Ops = nil
+	a.Ops, a.Contexts = nil, nil
 	return nil
 }

@@ -165,7 +165,7 @@ func Equivocate() Behavior {
 			}
 			variant = 0
 		}
-		alt := &bft.PrePrepare{View: pp.View, Seq: pp.Seq}
+		alt := &bft.PrePrepare{View: pp.View, Seq: pp.Seq, Time: pp.Time}
 		switch variant % 3 {
 		case 0:
 			for i := len(pp.Batch) - 1; i >= 0; i-- {
@@ -179,14 +179,14 @@ func Equivocate() Behavior {
 		if len(alt.Batch) == 0 {
 			alt.Batch = nil
 		}
-		if bft.BatchDigest(alt.Batch) == pp.Digest {
+		if bft.BatchDigest(alt.Time, alt.Batch) == pp.Digest {
 			// Same batch: add a request of the Byzantine primary's own
 			// client identity (validly authenticated: a colluding client).
 			r := bft.Request{Client: 1 << 30, Timestamp: pp.Seq<<8 | to, Op: []byte("equivocation")}
 			a.Net.SignRequest(&r)
 			alt.Batch = append(alt.Batch, r)
 		}
-		alt.Digest = bft.BatchDigest(alt.Batch)
+		alt.Digest = bft.BatchDigest(alt.Time, alt.Batch)
 		alt.Sig = a.sign(alt)
 		return []bft.Envelope{{To: e.To, Msg: alt}}
 	}
@@ -210,9 +210,9 @@ func Repropose() Behavior {
 		}
 		alt := pp
 		if len(a.oldReqs) > 0 {
-			alt = &bft.PrePrepare{View: pp.View, Seq: pp.Seq}
+			alt = &bft.PrePrepare{View: pp.View, Seq: pp.Seq, Time: pp.Time}
 			alt.Batch = append(append(alt.Batch, pp.Batch...), a.oldReqs[a.Rand.IntN(len(a.oldReqs))])
-			alt.Digest = bft.BatchDigest(alt.Batch)
+			alt.Digest = bft.BatchDigest(alt.Time, alt.Batch)
 			alt.Sig = a.sign(alt)
 		}
 		for _, r := range pp.Batch {
@@ -448,9 +448,9 @@ func LieInViewChange() Behavior {
 				// one by an unauthorized request).
 				i := a.Rand.IntN(len(c.PrePrepares))
 				pp := c.PrePrepares[i]
-				pp.Digest = bft.BatchDigest(nil)
+				pp.Digest = bft.BatchDigest(0, nil)
 				if pp.Digest == c.PrePrepares[i].Digest {
-					pp.Digest = bft.BatchDigest([]bft.Request{{Client: 1, Timestamp: 1 << 40, Op: []byte("evil"), Auth: make([]byte, a.Net.N*a.Net.MACSize())}})
+					pp.Digest = bft.BatchDigest(0, []bft.Request{{Client: 1, Timestamp: 1 << 40, Op: []byte("evil"), Auth: make([]byte, a.Net.N*a.Net.MACSize())}})
 				}
 				pp.Sig = a.sign(&pp)
 				c.PrePrepares[i] = pp
@@ -465,7 +465,7 @@ func LieInViewChange() Behavior {
 					}
 				}
 				pp := bft.PrePrepare{View: c.View, Seq: seq}
-				pp.Digest = bft.BatchDigest([]bft.Request{{Client: 1, Timestamp: 1 << 40, Op: []byte("evil"), Auth: make([]byte, a.Net.N*a.Net.MACSize())}})
+				pp.Digest = bft.BatchDigest(0, []bft.Request{{Client: 1, Timestamp: 1 << 40, Op: []byte("evil"), Auth: make([]byte, a.Net.N*a.Net.MACSize())}})
 				pp.Sig = a.sign(&pp)
 				c.PrePrepares = append(c.PrePrepares, pp)
 			}
@@ -501,7 +501,7 @@ func (a *Adversary) lieVC(vc *bft.ViewChange) *bft.ViewChange {
 		if a.Rand.IntN(2) == 0 && len(vc.Prepared) > 0 {
 			seq = vc.Prepared[0].PrePrepare.Seq // or displace a prepared batch
 		}
-		pp := bft.PrePrepare{View: v, Seq: seq, Digest: bft.BatchDigest(evil)}
+		pp := bft.PrePrepare{View: v, Seq: seq, Digest: bft.BatchDigest(0, evil)}
 		pp.Sig = a.sign(&pp)
 		cert := bft.PreparedCert{PrePrepare: pp}
 		for i := 0; i < n.N && len(cert.Prepares) < 2*((n.N-1)/3); i++ {
@@ -794,9 +794,9 @@ func (a *Adversary) subsetNewView(nv *bft.NewView, q int) *bft.NewView {
 		}
 	}
 	for s := minS + 1; s <= maxS; s++ {
-		pp := bft.PrePrepare{View: nv.View, Seq: s, Digest: bft.BatchDigest(nil)}
+		pp := bft.PrePrepare{View: nv.View, Seq: s, Digest: bft.BatchDigest(0, nil)}
 		if b := best[s]; b != nil {
-			pp.Digest = b.PrePrepare.Digest
+			pp.Time, pp.Digest = b.PrePrepare.Time, b.PrePrepare.Digest
 		}
 		pp.Sig = a.sign(&pp)
 		c.PrePrepares = append(c.PrePrepares, pp)

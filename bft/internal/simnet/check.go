@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/rubin-go/rubin/bft"
 	"github.com/rubin-go/rubin/bft/auth"
@@ -18,6 +19,7 @@ type reqKey struct {
 type seqRecord struct {
 	replica int
 	digest  bft.Digest
+	time    time.Time
 }
 
 type resultRecord struct {
@@ -86,11 +88,13 @@ func (c *Checker) committed(replica int, b bft.Committed) {
 	if rec, ok := c.seqs[b.Seq]; ok {
 		if rec.digest != b.Digest {
 			c.fail("replica %d executed batch %x at seq %d, replica %d executed %x", replica, b.Digest[:4], b.Seq, rec.replica, rec.digest[:4])
+		} else if !rec.time.Equal(b.Time) {
+			c.fail("replica %d executed seq %d at %v, replica %d at %v", replica, b.Seq, b.Time, rec.replica, rec.time)
 		}
 	} else {
-		c.seqs[b.Seq] = seqRecord{replica, b.Digest}
+		c.seqs[b.Seq] = seqRecord{replica, b.Digest, b.Time}
 	}
-	if bft.BatchDigest(b.Batch) != b.Digest {
+	if bft.BatchDigest(b.Proposed, b.Batch) != b.Digest {
 		c.fail("replica %d executed a batch at seq %d whose digest is not %x", replica, b.Seq, b.Digest[:4])
 	}
 	for i := range b.Batch {

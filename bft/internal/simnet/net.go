@@ -16,7 +16,9 @@
 // clients use the real authenticator (bft/auth). Failure reports
 // (Net.Report) give the seed, the replicas' status and the last events.
 //
-// Time: one Net.Tick first delivers every packet due, repeatedly, until no
+// Time: every replica's Config.Clock (unless Options.Config sets one)
+// reads Epoch plus TickDuration per tick plus the replica's ClockSkew, so
+// agreed times are a function of the seed too. One Net.Tick first delivers every packet due, repeatedly, until no
 // node has anything more to send at this tick (so with MaxDelay 0 a whole
 // request round trip fits in one tick), then ticks every node once.
 package simnet
@@ -25,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"time"
 
 	"github.com/rubin-go/rubin/bft"
 	"github.com/rubin-go/rubin/bft/auth"
@@ -101,6 +104,8 @@ type Net struct {
 	// Faulty marks the replicas outside the correct set (Byzantine):
 	// the Checker ignores what they execute. MakeByzantine sets it.
 	Faulty []bool
+	// ClockSkew is added to each replica's clock.
+	ClockSkew []time.Duration
 
 	// Observations.
 	Errors     map[error]int // Step errors by sentinel
@@ -129,8 +134,19 @@ type Net struct {
 	digests map[uint64]bft.Digest
 }
 
+// Epoch is the simulated clock's reading at tick 0, and TickDuration how
+// far it moves per tick.
+var Epoch = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+const TickDuration = 10 * time.Millisecond
+
+// Clock is replica i's clock reading now.
+func (n *Net) Clock(i int) time.Time {
+	return Epoch.Add(time.Duration(n.Now)*TickDuration + n.ClockSkew[i])
+}
+
 // Sentinels counted in Net.Errors.
-var sentinels = []error{bft.ErrInvalid, bft.ErrForged, bft.ErrStale, bft.ErrWatermark, bft.ErrDuplicate, bft.ErrEquivocation, bft.ErrFull, bft.ErrBusy, bft.ErrTooLarge}
+var sentinels = []error{bft.ErrInvalid, bft.ErrForged, bft.ErrStale, bft.ErrWatermark, bft.ErrDuplicate, bft.ErrEquivocation, bft.ErrFull, bft.ErrBusy, bft.ErrTooLarge, bft.ErrTime}
 
 // New builds a cluster; replicas and clients start empty in view 0.
 func New(o Options) (*Net, error) {
@@ -146,11 +162,13 @@ func New(o Options) (*Net, error) {
 		Rand:    rand.New(rand.NewPCG(o.Seed, 0x5151)),
 		Crashed: make([]bool, o.N),
 		Faulty:  make([]bool, o.N),
-		Errors:  make(map[error]int),
-		digests: make(map[uint64]bft.Digest),
-		Seed:    o.Seed,
-		codec:   o.Codec,
-		appPad:  o.AppPad,
+
+		ClockSkew: make([]time.Duration, o.N),
+		Errors:    make(map[error]int),
+		digests:   make(map[uint64]bft.Digest),
+		Seed:      o.Seed,
+		codec:     o.Codec,
+		appPad:    o.AppPad,
 	}
 	n.Check = newChecker(n)
 	if o.RealAuth {
@@ -169,6 +187,9 @@ func New(o Options) (*Net, error) {
 			o.Config(&cfg)
 		}
 		cfg.ID, cfg.N = bft.ReplicaID(i), o.N
+		if cfg.Clock == nil {
+			cfg.Clock = func() time.Time { return n.Clock(i) }
+		}
 		cfg.Auth = n.Keys.Auth(bft.ReplicaID(i))
 		if n.cluster != nil {
 			a, err := auth.NewReplicaAuth(n.cluster, bft.ReplicaID(i))
