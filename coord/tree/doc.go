@@ -38,7 +38,9 @@
 // and cannot have children. Container and TTL nodes are deleted by Sweep
 // once empty (a container after it has had a child, a TTL node when its
 // time since its last change passes its TTL); TTL nodes need
-// Config.ExtendedTypes.
+// Config.ExtendedTypes. Multi runs create, delete, setData and check ops
+// as one write, all or nothing, reporting each op's result as ZooKeeper
+// does; MultiRead runs reads, each on its own.
 //
 // # ACLs and sessions
 //

@@ -2,7 +2,10 @@ package tree
 
 import (
 	"errors"
+	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/rubin-go/rubin/coord/proto"
@@ -82,4 +85,20 @@ func wantEvents(t *testing.T, what string, got []Event, want ...Event) {
 
 func ev(s int64, typ proto.EventType, path string) Event {
 	return Event{Session: s, Type: typ, Path: path}
+}
+
+// dump describes everything the tree holds but the last zxid, so that
+// tests can tell whether a call changed it.
+func dump(tr *Tree) string {
+	var b strings.Builder
+	for _, p := range slices.Sorted(maps.Keys(tr.nodes)) {
+		n := tr.nodes[p]
+		fmt.Fprintf(&b, "%s %q %v %+v %v\n", p, n.data, n.acl, n.stat, sortedChildren(n))
+	}
+	for _, id := range tr.Sessions() {
+		s := tr.sessions[id]
+		fmt.Fprintf(&b, "session %d %d %v %v %v\n", id, s.deadline, s.auth, s.ephemerals, s.watches)
+	}
+	fmt.Fprintf(&b, "%v %v %v %d\n", tr.watches, tr.containers, tr.ttls, tr.recursive)
+	return b.String()
 }
