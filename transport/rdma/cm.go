@@ -48,17 +48,26 @@ func newCMEvents(t *Transport, owner eventHandler) (*cmEvents, error) {
 	return m, nil
 }
 
+// eventsPerHandle bounds the events one Handle takes. A listener's
+// connect request costs a queue pair and an accept, so a burst of them
+// handled to the last would hold the selector's thread for seconds while
+// the connections they made wait in the backlog for an Accept that cannot
+// come; the backlog then fills and turns dialers away. The channel is
+// level-triggered, so what is left is reported on the selector's next
+// pass, after it has returned the keys that became ready.
+const eventsPerHandle = 8
+
 // FD implements selector.Source.
 func (m *cmEvents) FD() int { return m.fd }
 
 // Handle implements selector.Source.
-func (m *cmEvents) Handle(_ uint32, sink *selector.Sink) { m.process(sink) }
+func (m *cmEvents) Handle(_ uint32, sink *selector.Sink) { m.process(sink, eventsPerHandle) }
 
-// process handles every pending event.
-func (m *cmEvents) process(sink *selector.Sink) {
+// process handles up to max pending events; every one if max is 0.
+func (m *cmEvents) process(sink *selector.Sink, max int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for !m.dead {
+	for n := 0; !m.dead && (max == 0 || n < max); n++ {
 		if err := m.ch.Get(&m.ev, &m.private); err != nil {
 			return
 		}

@@ -289,7 +289,7 @@ func (c *Conn) FinishConnect() (bool, error) {
 	if c.reg.Load() == nil {
 		c.proceed()
 	}
-	c.cm.process(nil)
+	c.cm.process(nil, 0)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
@@ -308,7 +308,7 @@ func (c *Conn) FinishConnect() (bool, error) {
 func (c *Conn) awaitConnect(ctx context.Context) error {
 	c.proceed()
 	for {
-		c.cm.process(nil)
+		c.cm.process(nil, 0)
 		c.mu.Lock()
 		state, closed, err := c.state, c.closed, c.connErr
 		if state == stateEstablished {
