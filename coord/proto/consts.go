@@ -85,6 +85,7 @@ const (
 	CodeNoWatcher               Code = -121
 	CodeRequestTimeout          Code = -122
 	CodeReconfigDisabled        Code = -123
+	CodeSessionClosedNeedsSASL  Code = -124
 	CodeQuotaExceeded           Code = -125
 	CodeThrottled               Code = -127
 )
@@ -119,6 +120,7 @@ var codeNames = map[Code]string{
 	CodeNoWatcher:               "no watcher",
 	CodeRequestTimeout:          "request timeout",
 	CodeReconfigDisabled:        "reconfig disabled",
+	CodeSessionClosedNeedsSASL:  "session closed: SASL authentication required",
 	CodeQuotaExceeded:           "quota exceeded",
 	CodeThrottled:               "throttled",
 }

@@ -41,10 +41,13 @@
 //
 // DecodeRequest returns one Go type per record (*CreateRequest for
 // OpCreate, *MultiRequest for OpMulti, ...) and AppendReply takes the
-// record ResponseFor names. Their errors say what to do: ErrFrameTooLarge
-// and ErrMalformed mean the peer does not speak the protocol (close the
-// connection, as ZooKeeper does), ErrUnknownOp an op the codec does not
-// serve (answer CodeUnimplemented).
+// record ResponseFor names. Their errors say what to do. ErrFrameTooLarge,
+// and ErrMalformed from SplitRequest or the handshake, mean the peer does
+// not speak the protocol: close the connection, as ZooKeeper does. A body
+// that does not decode (ErrMalformed from DecodeRequest) ZooKeeper
+// answers with CodeMarshallingError, and an op the codec does not serve
+// (ErrUnknownOp) with CodeUnimplemented; the connection stays usable,
+// since the frame was read whole.
 //
 // # Decoding untrusted input
 //

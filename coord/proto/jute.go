@@ -13,7 +13,8 @@ var ErrMalformed = errors.New("zookeeper protocol: malformed record")
 
 // An Encoder appends the jute encoding of values to a byte slice. The zero
 // Encoder starts from an empty slice; NewEncoder appends to a given one.
-// Encoding cannot fail.
+// Encoding cannot fail (only a MultiResponse whose results do not match
+// their types panics, a bug AppendReply reports as an error instead).
 type Encoder struct {
 	buf []byte
 }
