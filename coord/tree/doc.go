@@ -58,4 +58,12 @@
 // What a client sends is bounded: data by Config.MaxDataSize, a
 // session's watches by Config.MaxWatchBytes and identities by
 // Config.MaxAuthBytes, sessions by Config.MaxSessions.
+//
+// # Snapshots
+//
+// Snapshot encodes the whole state (znodes, sessions with their
+// identities, ephemerals and watches, the last zxid) canonically: equal
+// trees give equal bytes, so replicas can compare digests of it. Restore
+// checks every length against the bytes left before it allocates, checks
+// everything a tree holds to be true, and accepts only canonical input.
 package tree
