@@ -23,6 +23,8 @@ import (
 // through its handshake and every call proves the codec speaks the
 // protocol as clients do. The server keeps a map of paths to nodes under
 // one mutex; it has no ACL checks, no session expiry and no persistence.
+// A session outlives its connection until the client closes it, so a
+// client that reconnects resumes its session and sets its watches again.
 
 // znode is a node of the test server: a value, so a map of them clones
 // with maps.Clone.
@@ -50,14 +52,15 @@ type testServer struct {
 	ln net.Listener
 	wg sync.WaitGroup
 
-	mu      sync.Mutex
-	closing bool
-	nodes   map[string]znode
-	zxid    int64
-	session int64
-	conns   map[*serverConn]bool
-	watches map[watchKey]map[*serverConn]bool
-	ops     map[proto.OpCode]int // how many requests of each op were served
+	mu       sync.Mutex
+	closing  bool
+	nodes    map[string]znode
+	zxid     int64
+	session  int64          // the last session id given out
+	sessions map[int64]bool // the open sessions
+	conns    map[*serverConn]bool
+	watches  map[watchKey]map[*serverConn]bool
+	ops      map[proto.OpCode]int // how many requests of each op were served
 }
 
 // serverConn is one client connection.
@@ -79,12 +82,13 @@ func startServer(t *testing.T) *testServer {
 		t.Fatal(err)
 	}
 	s := &testServer{
-		t:       t,
-		ln:      ln,
-		nodes:   map[string]znode{"/": {}},
-		conns:   map[*serverConn]bool{},
-		watches: map[watchKey]map[*serverConn]bool{},
-		ops:     map[proto.OpCode]int{},
+		t:        t,
+		ln:       ln,
+		nodes:    map[string]znode{"/": {}},
+		sessions: map[int64]bool{},
+		conns:    map[*serverConn]bool{},
+		watches:  map[watchKey]map[*serverConn]bool{},
+		ops:      map[proto.OpCode]int{},
 	}
 	s.wg.Go(s.accept)
 	return s
@@ -122,8 +126,6 @@ func (s *testServer) serve(nc net.Conn) {
 		s.mu.Unlock()
 		return
 	}
-	s.session++
-	c.session = s.session
 	s.conns[c] = true
 	s.mu.Unlock()
 	defer s.drop(c)
@@ -138,13 +140,25 @@ func (s *testServer) serve(nc net.Conn) {
 		s.t.Errorf("connect request: %v", err)
 		return
 	}
+	s.mu.Lock()
+	switch {
+	case creq.SessionID == 0:
+		s.session++
+		c.session = s.session
+		s.sessions[c.session] = true
+	case s.sessions[creq.SessionID]:
+		c.session = creq.SessionID // resumed
+	default:
+		// An unknown session: a response with session 0 says it expired.
+	}
+	s.mu.Unlock()
 	resp := proto.ConnectResponse{
 		TimeOut:      min(max(creq.TimeOut, 2000), 40000),
 		SessionID:    c.session,
 		Passwd:       make([]byte, 16),
 		OmitReadOnly: creq.OmitReadOnly,
 	}
-	if err := proto.WriteFrame(nc, &resp); err != nil {
+	if err := proto.WriteFrame(nc, &resp); err != nil || c.session == 0 {
 		return
 	}
 
@@ -218,9 +232,12 @@ func (s *testServer) drop(c *serverConn) {
 // code and the events to send.
 func (s *testServer) handle(c *serverConn, op proto.OpCode, req proto.Record) (proto.Record, proto.Code, []event) {
 	switch op {
-	case proto.OpPing, proto.OpSetWatches, proto.OpAuth:
+	case proto.OpPing, proto.OpAuth:
 		return nil, proto.CodeOK, nil
+	case proto.OpSetWatches:
+		return nil, proto.CodeOK, s.setWatches(c, req.(*proto.SetWatches))
 	case proto.OpCloseSession:
+		delete(s.sessions, c.session)
 		st := s.begin()
 		var deleted []string
 		for p, n := range st.nodes {
@@ -308,6 +325,67 @@ func (s *testServer) stat(path string, n znode) proto.Stat {
 	st.DataLength = int32(len(n.data))
 	st.NumChildren = int32(len(children(s.nodes, path)))
 	return st
+}
+
+// setWatches registers again the watches of a client that reconnected,
+// and fires at once those whose node changed since the zxid the client
+// last saw, as ZooKeeper does.
+func (s *testServer) setWatches(c *serverConn, r *proto.SetWatches) []event {
+	var events []event
+	fire := func(ev proto.EventType, path string) {
+		events = append(events, event{to: c, ev: proto.WatcherEvent{Type: ev, State: proto.StateSyncConnected, Path: path}})
+	}
+	again := func(paths []string, kind watchKind, changed func(znode) bool, ev proto.EventType) {
+		for _, p := range paths {
+			switch n, ok := s.nodes[p]; {
+			case !ok:
+				fire(proto.EventNodeDeleted, p)
+			case changed(n):
+				fire(ev, p)
+			default:
+				s.watch(c, p, kind)
+			}
+		}
+	}
+	again(r.DataWatches, dataWatch, func(n znode) bool { return n.stat.Mzxid > r.RelativeZxid }, proto.EventNodeDataChanged)
+	again(r.ChildWatches, childWatch, func(n znode) bool { return n.stat.Pzxid > r.RelativeZxid }, proto.EventNodeChildrenChanged)
+	for _, p := range r.ExistWatches {
+		if _, ok := s.nodes[p]; ok {
+			fire(proto.EventNodeCreated, p)
+		} else {
+			s.watch(c, p, dataWatch)
+		}
+	}
+	return events
+}
+
+// kick closes the connections of a session, as a network failure would.
+func (s *testServer) kick(session int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		if c.session == session {
+			c.c.Close()
+		}
+	}
+}
+
+// served returns how many requests of op the server has answered.
+func (s *testServer) served(op proto.OpCode) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ops[op]
+}
+
+// waitServed waits until the server has answered n requests of op.
+func (s *testServer) waitServed(t *testing.T, op proto.OpCode, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); s.served(op) < n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the client sent %d %v requests in 5s, want %d", s.served(op), op, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func (s *testServer) watch(c *serverConn, path string, kind watchKind) {
@@ -480,22 +558,43 @@ type testLogger struct{ t *testing.T }
 
 func (l testLogger) Printf(format string, args ...any) { l.t.Logf("zk: "+format, args...) }
 
-func connect(t *testing.T, addr string) *zk.Conn {
+// connect opens a session with the server at addr and returns the client
+// with a channel of its session's state changes.
+func connect(t *testing.T, addr string) (*zk.Conn, <-chan zk.State) {
 	t.Helper()
-	c, events, err := zk.Connect([]string{addr}, 4*time.Second, zk.WithLogger(testLogger{t}), zk.WithLogInfo(false))
+	states := make(chan zk.State, 64)
+	onEvent := func(ev zk.Event) {
+		if ev.Type == zk.EventSession {
+			select {
+			case states <- ev.State:
+			default:
+				t.Errorf("session state %v dropped", ev.State)
+			}
+		}
+	}
+	// The same address twice, so that a reconnection does not wait for a
+	// pass over the list of servers.
+	c, _, err := zk.Connect([]string{addr, addr}, 2*time.Second,
+		zk.WithLogger(testLogger{t}), zk.WithLogInfo(false), zk.WithEventCallback(onEvent))
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitState(t, states, zk.StateHasSession)
+	return c, states
+}
+
+// waitState waits for a session to reach state.
+func waitState(t *testing.T, states <-chan zk.State, state zk.State) {
+	t.Helper()
 	deadline := time.After(5 * time.Second)
 	for {
 		select {
-		case ev := <-events:
-			if ev.State == zk.StateHasSession {
-				return c
+		case s := <-states:
+			if s == state {
+				return
 			}
 		case <-deadline:
-			c.Close()
-			t.Fatal("no session after 5s")
+			t.Fatalf("no %v after 5s", state)
 		}
 	}
 }
@@ -515,7 +614,8 @@ func waitEvent(t *testing.T, ch <-chan zk.Event, what string) zk.Event {
 // TestRealClient drives the server above with go-zookeeper/zk through a
 // session's life: the handshake, creates of every mode, reads, writes,
 // children, conditional updates and their errors, multi, sync, auth,
-// watches firing once, and ephemeral nodes going with their session.
+// watches firing, a reconnection that resumes the session and sets its
+// watches again, pings, and ephemeral nodes going with their session.
 func TestRealClient(t *testing.T) {
 	leakcheck.Check(t)
 	s := startServer(t)
@@ -523,9 +623,9 @@ func TestRealClient(t *testing.T) {
 	addr := s.ln.Addr().String()
 	acl := zk.WorldACL(zk.PermAll)
 
-	a := connect(t, addr)
+	a, _ := connect(t, addr)
 	defer a.Close()
-	b := connect(t, addr)
+	b, bStates := connect(t, addr)
 	defer b.Close()
 	if a.SessionID() == b.SessionID() {
 		t.Fatalf("two sessions share id %d", a.SessionID())
@@ -653,9 +753,36 @@ func TestRealClient(t *testing.T) {
 	if p, err := b.Sync("/app"); err != nil || p != "/app" {
 		t.Fatalf("sync: %q %v", p, err)
 	}
-	if err := b.AddAuth("digest", []byte("alice:secret")); err != nil {
+	// Session a authenticates, not b: on reconnecting, go-zookeeper/zk
+	// v1.0.4 resends credentials while it reads the last zxid for
+	// SetWatches, a data race in the client that -race would report.
+	if err := a.AddAuth("digest", []byte("alice:secret")); err != nil {
 		t.Fatalf("auth: %v", err)
 	}
+
+	// A lost connection: b reconnects, resumes its session, sets its
+	// watches again, and a change made after that fires one of them.
+	if _, _, mChanged, err := b.GetW("/app/m"); err != nil {
+		t.Fatal(err)
+	} else {
+		id := b.SessionID()
+		s.kick(id)
+		waitState(t, bStates, zk.StateDisconnected)
+		waitState(t, bStates, zk.StateHasSession)
+		if b.SessionID() != id {
+			t.Fatalf("b reconnected with session %d, not %d", b.SessionID(), id)
+		}
+		s.waitServed(t, proto.OpSetWatches, 1)
+		if _, err := a.Set("/app/m", []byte("m3"), -1); err != nil {
+			t.Fatal(err)
+		}
+		if ev := waitEvent(t, mChanged, "data watch set again"); ev.Type != zk.EventNodeDataChanged || ev.Path != "/app/m" {
+			t.Fatalf("data watch after reconnecting: %+v", ev)
+		}
+	}
+
+	// Pings keep an idle session; at a 2s timeout, one every 667ms.
+	s.waitServed(t, proto.OpPing, 1)
 
 	// Closing session a removes its ephemeral node and fires b's watch.
 	a.Close()
@@ -674,7 +801,8 @@ func TestRealClient(t *testing.T) {
 	defer s.mu.Unlock()
 	t.Logf("requests served: %v", s.ops)
 	for _, op := range []proto.OpCode{proto.OpCreate, proto.OpCreateContainer, proto.OpCreateTTL, proto.OpDelete, proto.OpExists,
-		proto.OpGetData, proto.OpSetData, proto.OpGetChildren2, proto.OpSync, proto.OpMulti, proto.OpAuth, proto.OpCloseSession} {
+		proto.OpGetData, proto.OpSetData, proto.OpGetChildren2, proto.OpSync, proto.OpMulti, proto.OpAuth, proto.OpSetWatches,
+		proto.OpPing, proto.OpCloseSession} {
 		if s.ops[op] == 0 {
 			t.Errorf("the client sent no %v", op)
 		}
