@@ -668,7 +668,9 @@ func TestReadFrameRejectsBeforeReading(t *testing.T) {
 	if !errors.Is(err, ErrFrameTooLarge) {
 		t.Fatalf("err %v, want ErrFrameTooLarge", err)
 	}
-	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 4096 {
+	// The process's other goroutines allocate too: the bound is far
+	// below any buffer for the frame, not zero.
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 64<<10 {
 		t.Errorf("rejecting a 2 GiB frame allocated %d bytes", alloc)
 	}
 }
