@@ -55,9 +55,10 @@
 //
 // # Memory
 //
-// What a client sends is bounded: data by Config.MaxDataSize, a
-// session's watches by Config.MaxWatchBytes and identities by
-// Config.MaxAuthBytes, sessions by Config.MaxSessions.
+// What a client sends is bounded: data by Config.MaxDataSize, the whole
+// tree by Config.MaxTreeBytes, a session's watches by
+// Config.MaxWatchBytes and identities by Config.MaxAuthBytes, sessions
+// by Config.MaxSessions.
 //
 // # Snapshots
 //

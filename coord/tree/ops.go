@@ -118,6 +118,9 @@ func (t *Tree) create(s *session, w Write, path string, data []byte, acl []proto
 	if sessionOwner(parent.stat.EphemeralOwner) {
 		return "", proto.Stat{}, proto.CodeNoChildrenForEphemerals
 	}
+	if err := t.fits(nodeSize(path, len(data), acl)); err != nil {
+		return "", proto.Stat{}, err
+	}
 	var owner int64
 	switch {
 	case mode == proto.ModeContainer:
@@ -150,7 +153,7 @@ func (t *Tree) addNode(path string, n *node, zxid int64) {
 	parentPath, name := parentOf(path)
 	parent := t.nodes[parentPath]
 	old := parent.stat
-	t.nodes[path] = n
+	t.put(path, n)
 	t.link(parentPath, name)
 	parent.stat.Cversion++
 	parent.stat.Pzxid = zxid
@@ -158,7 +161,7 @@ func (t *Tree) addNode(path string, n *node, zxid int64) {
 	t.onUndo(func() {
 		t.index(path, n.stat.EphemeralOwner, false)
 		t.unlink(parentPath, name)
-		delete(t.nodes, path)
+		t.drop(path)
 		parent.stat = old
 	})
 	t.triggers = append(t.triggers, trigger{kind: created, path: path, acl: n.acl, parentACL: parent.acl})
@@ -237,13 +240,13 @@ func (t *Tree) removeNode(path string, zxid int64) {
 	n := t.nodes[path]
 	old := parent.stat
 	t.unlink(parentPath, name)
-	delete(t.nodes, path)
+	t.drop(path)
 	if zxid > parent.stat.Pzxid {
 		parent.stat.Pzxid = zxid
 	}
 	t.index(path, n.stat.EphemeralOwner, false)
 	t.onUndo(func() {
-		t.nodes[path] = n
+		t.put(path, n)
 		t.link(parentPath, name)
 		parent.stat = old
 		t.index(path, n.stat.EphemeralOwner, true)
@@ -279,10 +282,14 @@ func (t *Tree) setData(s *session, w Write, path string, data []byte, version in
 	if err := t.checkACL(s, n.acl, proto.PermWrite); err != nil {
 		return proto.Stat{}, err
 	}
+	if err := t.fits(int64(len(data) - len(n.data))); err != nil {
+		return proto.Stat{}, err
+	}
 	if version != -1 && version != n.stat.Version {
 		return proto.Stat{}, proto.CodeBadVersion
 	}
 	oldData, oldStat := n.data, n.stat
+	t.size += int64(len(data) - len(n.data))
 	n.data = slices.Clone(data)
 	if n.data == nil {
 		n.data = []byte{}
@@ -291,7 +298,10 @@ func (t *Tree) setData(s *session, w Write, path string, data []byte, version in
 	n.stat.Mtime = w.Time
 	n.stat.Mzxid = w.Zxid
 	n.stat.DataLength = int32(len(data))
-	t.onUndo(func() { n.data, n.stat = oldData, oldStat })
+	t.onUndo(func() {
+		t.size += int64(len(oldData) - len(n.data))
+		n.data, n.stat = oldData, oldStat
+	})
 	t.triggers = append(t.triggers, trigger{kind: changed, path: path, acl: n.acl})
 	return n.stat, nil
 }
@@ -348,6 +358,11 @@ func (t *Tree) SetACL(w Write, path string, acl []proto.ACL, version int32) (pro
 	if version != -1 && version != n.stat.Aversion {
 		return proto.Stat{}, proto.CodeBadVersion
 	}
+	grow := aclSize(acl) - aclSize(n.acl)
+	if err := t.fits(grow); err != nil {
+		return proto.Stat{}, err
+	}
+	t.size += grow
 	n.acl = acl
 	n.stat.Aversion++
 	return n.stat, nil

@@ -162,10 +162,13 @@ func decode(cfg Config, b []byte) (*Tree, error) {
 			if sessionOwner(parent.stat.EphemeralOwner) {
 				return nil, fmt.Errorf("node %q is the child of an ephemeral node", p)
 			}
-			t.nodes[p] = n
+			t.put(p, n)
 			t.link(parentPath, name)
 		} else {
-			t.nodes[p] = n
+			t.put(p, n)
+		}
+		if t.size > t.cfg.MaxTreeBytes {
+			return nil, fmt.Errorf("nodes past %d bytes", t.cfg.MaxTreeBytes)
 		}
 	}
 	if r.err != nil {

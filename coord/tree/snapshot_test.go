@@ -45,6 +45,13 @@ func checkInvariants(t *testing.T, tr *Tree) {
 			}
 		}
 	}
+	var size int64
+	for p, n := range tr.nodes {
+		size += nodeSize(p, len(n.data), n.acl)
+	}
+	if size != tr.size {
+		t.Fatalf("tree size %d counted, %d held", tr.size, size)
+	}
 	recursive := 0
 	for id, s := range tr.sessions {
 		for p := range s.ephemerals {

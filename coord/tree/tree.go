@@ -29,6 +29,11 @@ type Config struct {
 	// MaxAuthBytes bounds one session's authenticated identities: the sum
 	// of their schemes' and ids' lengths plus 32 bytes an identity (4 KiB).
 	MaxAuthBytes int
+	// MaxTreeBytes bounds the znodes' size in all: paths, data and ACLs,
+	// plus 128 bytes a node (1 GiB). A create, setData or setACL that
+	// would pass it fails with CodeQuotaExceeded, as a write past an
+	// enforced quota does in ZooKeeper.
+	MaxTreeBytes int64
 	// SuperDigest, if set, is a digest identity "super:base64(sha1(...))";
 	// a session that adds it with addauth digest may do anything, as
 	// ZooKeeper's zookeeper.DigestAuthenticationProvider.superDigest.
@@ -60,6 +65,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxWatchBytes <= 0 {
 		c.MaxWatchBytes = 4 << 20
+	}
+	if c.MaxTreeBytes <= 0 {
+		c.MaxTreeBytes = 1 << 30
 	}
 	if c.MaxAuthBytes <= 0 {
 		c.MaxAuthBytes = 4 << 10
@@ -108,6 +116,7 @@ type Tree struct {
 	containers map[string]struct{}
 	ttls       map[string]struct{}
 	lastZxid   int64
+	size       int64 // the nodes' nodeSize in all
 
 	// While a write runs: the watch triggers it caused, fired when it
 	// commits, and (inside a multi) how to undo each change.
@@ -122,13 +131,13 @@ type Tree struct {
 func New(cfg Config) *Tree {
 	t := empty(cfg)
 	open := slices.Clone(proto.OpenACL)
-	t.nodes["/"] = &node{acl: open}
-	t.nodes[procPath] = &node{acl: open}
-	t.nodes[quotaPath] = &node{acl: open}
-	t.nodes[configPath] = &node{
+	t.put("/", &node{acl: open})
+	t.put(procPath, &node{acl: open})
+	t.put(quotaPath, &node{acl: open})
+	t.put(configPath, &node{
 		acl:  []proto.ACL{{Perms: proto.PermRead, ID: proto.WorldAnyone}},
 		stat: proto.Stat{Aversion: -1},
-	}
+	})
 	t.link("/", "zookeeper")
 	t.link(procPath, "quota")
 	t.link(procPath, "config")
@@ -144,6 +153,44 @@ func empty(cfg Config) *Tree {
 		containers: map[string]struct{}{},
 		ttls:       map[string]struct{}{},
 	}
+}
+
+// nodeOverhead is what a node costs beyond its path, data and ACL, in
+// Config.MaxTreeBytes.
+const nodeOverhead = 128
+
+// nodeSize is what a node counts for in Config.MaxTreeBytes.
+func nodeSize(path string, dataLen int, acl []proto.ACL) int64 {
+	return int64(len(path)+dataLen+nodeOverhead) + aclSize(acl)
+}
+
+func aclSize(acl []proto.ACL) int64 {
+	var n int64
+	for _, a := range acl {
+		n += int64(len(a.ID.Scheme) + len(a.ID.ID) + 8)
+	}
+	return n
+}
+
+// fits returns CodeQuotaExceeded unless the tree can grow by delta bytes.
+func (t *Tree) fits(delta int64) error {
+	if t.size+delta > t.cfg.MaxTreeBytes {
+		return proto.CodeQuotaExceeded
+	}
+	return nil
+}
+
+// put adds a node to the map of nodes and counts its size.
+func (t *Tree) put(path string, n *node) {
+	t.nodes[path] = n
+	t.size += nodeSize(path, len(n.data), n.acl)
+}
+
+// drop removes a node from the map of nodes and its size from the count.
+func (t *Tree) drop(path string) {
+	n := t.nodes[path]
+	t.size -= nodeSize(path, len(n.data), n.acl)
+	delete(t.nodes, path)
 }
 
 // link makes name a child of parent, changing no version.

@@ -417,6 +417,30 @@ func TestGetACLRedactsDigests(t *testing.T) {
 	}
 }
 
+func TestTreeLimit(t *testing.T) {
+	base := New(Config{}).size
+	h := newHarness(t, Config{MaxTreeBytes: base + nodeOverhead + 100})
+	s := h.session(1)
+	h.create(s, "/a", strings.Repeat("x", 10), proto.ModePersistent)
+	_, _, err := h.tr.SetData(h.w(s), "/a", make([]byte, 100), -1)
+	wantCode(t, "SetData past the limit", err, proto.CodeQuotaExceeded)
+	_, _, _, err = h.tr.Create(h.w(s), "/b", make([]byte, 100), proto.OpenACL, proto.ModePersistent)
+	wantCode(t, "Create past the limit", err, proto.CodeQuotaExceeded)
+	big := []proto.ACL{{Perms: proto.PermAll, ID: proto.ID{Scheme: "digest", ID: "u:" + strings.Repeat("h", 200)}}}
+	_, err = h.tr.SetACL(h.w(s), "/a", big, -1)
+	wantCode(t, "SetACL past the limit", err, proto.CodeQuotaExceeded)
+	if _, err := h.tr.Delete(h.w(s), "/a", -1); err != nil {
+		t.Fatal(err)
+	}
+	if h.tr.size != base {
+		t.Errorf("size %d after the only node went, want %d", h.tr.size, base)
+	}
+	h.create(s, "/b", strings.Repeat("x", 50), proto.ModePersistent)
+	if _, err := Restore(Config{MaxTreeBytes: base}, h.tr.Snapshot()); err == nil {
+		t.Error("Restore took a tree past MaxTreeBytes")
+	}
+}
+
 func TestDigest(t *testing.T) {
 	// zkCli's "addauth digest user:password" is checked against this form.
 	got := Digest("user:password")

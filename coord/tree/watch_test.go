@@ -178,3 +178,41 @@ func TestWatchLimit(t *testing.T) {
 		t.Errorf("a watch after one was removed: %v", err)
 	}
 }
+
+// TestWatchKinds checks that a session's watch kinds on one path are
+// independent (a one-shot watch beside a persistent one goes when it
+// fires and leaves the persistent one), and that a session hears of one
+// change once, however many of its watches it fires.
+func TestWatchKinds(t *testing.T) {
+	h := newHarness(t, Config{})
+	w, x := h.session(1), h.session(2)
+	h.create(x, "/a", "", proto.ModePersistent)
+	h.tr.AddWatch(w, "/a", proto.AddWatchPersistent)
+	h.tr.AddWatch(w, "/", proto.AddWatchPersistentRecursive)
+	h.tr.GetData(w, "/a", true)
+	_, evs, _ := h.tr.SetData(h.w(x), "/a", nil, -1)
+	wantEvents(t, "set /a with three watches", evs, ev(w, proto.EventNodeDataChanged, "/a"))
+	wantCode(t, "the one-shot watch went", h.tr.CheckWatches(w, "/a", proto.WatcherData), proto.CodeNoWatcher)
+	wantCode(t, "the persistent one stayed", h.tr.CheckWatches(w, "/a", WatcherPersistent), proto.CodeOK)
+	_, evs, _ = h.tr.SetData(h.w(x), "/a", nil, -1)
+	wantEvents(t, "set /a again", evs, ev(w, proto.EventNodeDataChanged, "/a"))
+
+	// A one-shot watch added after a persistent one does not replace it.
+	h.tr.GetChildren(w, "/a", true)
+	_, _, evs, _ = h.tr.Create(h.w(x), "/a/b", nil, proto.OpenACL, proto.ModePersistent)
+	wantEvents(t, "create /a/b", evs, ev(w, proto.EventNodeCreated, "/a/b"), ev(w, proto.EventNodeChildrenChanged, "/a"))
+	_, _, evs, _ = h.tr.Create(h.w(x), "/a/c", nil, proto.OpenACL, proto.ModePersistent)
+	wantEvents(t, "create /a/c", evs, ev(w, proto.EventNodeCreated, "/a/c"), ev(w, proto.EventNodeChildrenChanged, "/a"))
+
+	// Sessions come in order of id within each step.
+	h.tr.Exists(x, "/a/b", true)
+	h.tr.Exists(3, "/a/b", true) // no such session
+	h.session(3)
+	h.tr.Exists(3, "/a/b", true)
+	evs, _ = h.tr.Delete(h.w(x), "/a/b", -1)
+	wantEvents(t, "delete /a/b", evs,
+		ev(w, proto.EventNodeDeleted, "/a/b"),
+		ev(x, proto.EventNodeDeleted, "/a/b"),
+		ev(3, proto.EventNodeDeleted, "/a/b"),
+		ev(w, proto.EventNodeChildrenChanged, "/a"))
+}
