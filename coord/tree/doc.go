@@ -53,6 +53,39 @@
 // identities. A session's timeout is negotiated into
 // [MinSessionTimeout, MaxSessionTimeout].
 //
+// # Watches
+//
+// getData and exists leave one-shot data watches, getChildren one-shot
+// child watches; AddWatch leaves persistent and persistent recursive
+// ones, and SetWatches restores a reconnecting client's. A session's
+// kinds of watch on a path are independent, and one change reaches a
+// session once however many of its watches it fires. A session is not
+// sent an event for a node it may not read, but the watch counts as
+// fired, as in ZooKeeper. The events of one change come in ZooKeeper's
+// order (the node's data watches, its child watches, its parent's child
+// watches), sessions in order of id within each.
+//
+// # Where it differs from ZooKeeper
+//
+// Where ZooKeeper leaves a choice to timing or hash order, or has a
+// quirk, the tree decides:
+//   - children, ephemerals and the sessions an event goes to come in
+//     order; a closing or expiring session's ephemerals are deleted in
+//     path order, after its own watches are gone;
+//   - a one-shot watch added beside a persistent one on the same path
+//     does not replace it (ZooKeeper 3.9's behaviour; 3.8 let the later
+//     one win);
+//   - exists with an invalid path fails with CodeBadArguments rather
+//     than leaving a watch that could never fire;
+//   - data over Config.MaxDataSize fails with CodeMarshallingError,
+//     ZooKeeper's answer to a request it cannot decode (ZooKeeper's
+//     server would drop the connection at jute.maxbuffer);
+//   - the limits below, which ZooKeeper does not have, fail with
+//     CodeQuotaExceeded (tree size, watches), CodeAuthFailed
+//     (identities) and CodeThrottled (sessions);
+//   - container and TTL nodes go when the caller calls Sweep, not on a
+//     timer of the tree's own.
+//
 // # Memory
 //
 // What a client sends is bounded: data by Config.MaxDataSize, the whole
