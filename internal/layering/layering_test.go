@@ -71,6 +71,7 @@ var layers = []layer{
 	// of znodes, sessions and watches a replica holds.
 	{"zookeeper protocol", []string{"coord/proto"}, nil},
 	{"coordination tree", []string{"coord/tree"}, []string{"zookeeper protocol"}},
+	{"coordination service", []string{"coord"}, []string{"bft core", "coordination tree"}},
 
 	// What only tests import.
 	{"test helpers", []string{"internal/leakcheck", "internal/netns", "internal/rdmatest", "internal/layering"}, nil},

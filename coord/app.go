@@ -1,0 +1,263 @@
+package coord
+
+import (
+	"errors"
+
+	"github.com/rubin-go/rubin/bft"
+	"github.com/rubin-go/rubin/coord/proto"
+	"github.com/rubin-go/rubin/coord/tree"
+)
+
+// Config is what every replica's App must agree on. A zero field takes its
+// default.
+type Config struct {
+	// Tree configures the data model (timeouts, sizes, superDigest).
+	Tree tree.Config
+	// MaxQueuedBytes bounds the watch events waiting for one session,
+	// in frame bytes (default 256 KiB). Past it the session's later
+	// events are dropped and the gateway is told to close the client's
+	// connection, so that the client reconnects and sets its watches
+	// again.
+	MaxQueuedBytes int
+	// ExpireInterval is how often, in agreed milliseconds, the App looks
+	// for sessions whose deadline passed (default 100): ZooKeeper's
+	// expiry is as coarse, by its tick.
+	ExpireInterval int64
+	// SweepInterval is how often, in agreed milliseconds, empty container
+	// nodes and expired TTL nodes are deleted (default 1000).
+	SweepInterval int64
+}
+
+func (c Config) normalized() Config {
+	if c.MaxQueuedBytes <= 0 {
+		c.MaxQueuedBytes = 256 << 10
+	}
+	if c.ExpireInterval <= 0 {
+		c.ExpireInterval = 100
+	}
+	if c.SweepInterval <= 0 {
+		c.SweepInterval = 1000
+	}
+	return c
+}
+
+// App is the coordination service as a replicated application: a
+// bft.App whose state is a coord/tree.Tree and the watch events waiting
+// for each session. It is not safe for concurrent use; a bft replica
+// calls it from one goroutine.
+type App struct {
+	cfg      Config
+	tree     *tree.Tree
+	sessions map[int64]*session // the tree's open sessions
+	// nextExpire and nextSweep are the agreed times of the next look for
+	// expired sessions and of the next sweep.
+	nextExpire, nextSweep int64
+}
+
+// session is what the App keeps of a session besides the tree's view.
+type session struct {
+	gateway int64  // the gateway that last connected it
+	events  []byte // watch event frames not yet collected
+	lost    bool   // events were dropped since the last collection
+}
+
+var _ bft.App = (*App)(nil)
+
+// New returns an App holding a fresh tree.
+func New(cfg Config) *App {
+	cfg = cfg.normalized()
+	return &App{cfg: cfg, tree: tree.New(cfg.Tree), sessions: make(map[int64]*session)}
+}
+
+// Tree returns the App's tree, for reading between calls to Execute (a
+// replica's tests and tools); the caller must not write to it.
+func (a *App) Tree() *tree.Tree { return a.tree }
+
+// Execute runs one op a gateway built with ConnectOp, RequestOp or PollOp
+// and returns its result for the matching Parse function. Before the op
+// it ends the sessions whose deadline passed at ctx.Time and sweeps
+// container and TTL nodes (see Config). Each write takes the zxid after
+// the tree's last, so zxids follow the agreed order of (ctx.Seq,
+// ctx.Index) without gaps; ctime, mtime and session deadlines come from
+// ctx.Time.
+func (a *App) Execute(ctx bft.ExecContext, b []byte) []byte {
+	now := ctx.Time.UnixMilli()
+	a.housekeep(now)
+	o, err := decodeOp(b)
+	if err != nil {
+		return appendSessionResult(nil, StatusMalformed, nil)
+	}
+	switch o.kind {
+	case kindConnect:
+		return appendConnectResult(nil, a.connect(o, now))
+	case kindRequest:
+		return a.request(o, now)
+	default:
+		return a.poll(o, now)
+	}
+}
+
+// nextZxid is the zxid of the next write.
+func (a *App) nextZxid() int64 { return a.tree.LastZxid() + 1 }
+
+func (a *App) housekeep(now int64) {
+	if now >= a.nextExpire {
+		a.nextExpire = now + a.cfg.ExpireInterval
+		if len(a.tree.Expired(now)) > 0 {
+			gone, evs, _ := a.tree.Expire(tree.Write{Zxid: a.nextZxid(), Time: now})
+			for _, id := range gone {
+				delete(a.sessions, id)
+			}
+			a.queue(evs)
+		}
+	}
+	switch {
+	case a.nextSweep == 0:
+		// The first op schedules the first sweep.
+		a.nextSweep = now + a.cfg.SweepInterval
+	case now >= a.nextSweep:
+		a.nextSweep = now + a.cfg.SweepInterval
+		_, evs, _ := a.tree.Sweep(tree.Write{Zxid: a.nextZxid(), Time: now})
+		a.queue(evs)
+	}
+}
+
+// queue appends watch events to their sessions' queues.
+func (a *App) queue(evs []tree.Event) {
+	for _, ev := range evs {
+		s := a.sessions[ev.Session]
+		if s == nil || s.lost {
+			continue
+		}
+		b, err := proto.AppendEvent(s.events, &proto.WatcherEvent{Type: ev.Type, State: proto.StateSyncConnected, Path: ev.Path})
+		if err != nil || len(b) > a.cfg.MaxQueuedBytes {
+			s.lost = true
+			continue
+		}
+		s.events = b
+	}
+}
+
+// collect takes the session's queued events: the frames to send, and
+// StatusClose if some were lost.
+func (s *session) collect(frames []byte) ([]byte, Status) {
+	frames = append(frames, s.events...)
+	st := StatusOK
+	if s.lost {
+		st = StatusClose
+	}
+	s.events, s.lost = nil, false
+	return frames, st
+}
+
+func (a *App) connect(o op, now int64) ConnectResult {
+	if o.session == 0 {
+		id := a.nextZxid()
+		timeout, err := a.tree.CreateSession(tree.Write{Session: id, Zxid: id, Time: now}, o.passwd, o.timeout)
+		if err != nil {
+			return ConnectResult{Status: StatusClose}
+		}
+		a.sessions[id] = &session{gateway: o.gateway}
+		return ConnectResult{Status: StatusOK, Session: id, Timeout: timeout}
+	}
+	s := a.sessions[o.session]
+	if s == nil {
+		return ConnectResult{Status: StatusExpired}
+	}
+	timeout, err := a.tree.Reconnect(o.session, o.passwd, now)
+	if err != nil {
+		return ConnectResult{Status: StatusExpired}
+	}
+	s.gateway = o.gateway
+	return ConnectResult{Status: StatusOK, Session: o.session, Timeout: timeout}
+}
+
+func (a *App) request(o op, now int64) []byte {
+	hdr, body, err := proto.SplitRequest(o.frame)
+	if err != nil {
+		return appendSessionResult(nil, StatusMalformed, nil)
+	}
+	s := a.sessions[o.session]
+	if s == nil {
+		frames := a.reply(nil, hdr, proto.CodeSessionExpired, nil)
+		return appendSessionResult(nil, StatusExpired, frames)
+	}
+	if s.gateway != o.gateway {
+		frames := a.reply(nil, hdr, proto.CodeSessionMoved, nil)
+		return appendSessionResult(nil, StatusClose, frames)
+	}
+	_ = a.tree.Touch(o.session, now)
+	r := a.run(o.session, now, hdr, body)
+	if r.malformed {
+		return appendSessionResult(nil, StatusMalformed, nil)
+	}
+	if r.code == proto.CodeOK && r.resp == nil {
+		r.resp = &proto.Empty{}
+	}
+	frames, st := s.collect(nil)
+	frames = a.reply(frames, hdr, r.code, r.resp)
+	if r.close {
+		st = StatusClose
+	}
+	if hdr.Type == proto.OpCloseSession && r.code == proto.CodeOK {
+		delete(a.sessions, o.session)
+	}
+	return appendSessionResult(nil, st, frames)
+}
+
+// reply appends the frame answering hdr.
+func (a *App) reply(b []byte, hdr proto.RequestHeader, code proto.Code, resp proto.Record) []byte {
+	h := proto.ReplyHeader{Xid: hdr.Xid, Zxid: a.tree.LastZxid(), Err: code}
+	out, err := proto.AppendReply(b, h, hdr.Type, resp)
+	if err != nil {
+		// The answer does not fit a frame (a multiRead of large nodes):
+		// ZooKeeper's client could not read it either.
+		h.Err = proto.CodeMarshallingError
+		out, _ = proto.AppendReply(b, h, hdr.Type, nil)
+	}
+	return out
+}
+
+func (a *App) poll(o op, now int64) []byte {
+	e := proto.NewEncoder(nil)
+	e.Int32(int32(len(o.sessions)))
+	for _, id := range o.sessions {
+		e.Int64(id)
+		s := a.sessions[id]
+		switch {
+		case s == nil:
+			e.Int32(int32(StatusExpired))
+			e.Buffer(nil)
+		case s.gateway != o.gateway:
+			e.Int32(int32(StatusClose))
+			e.Buffer(nil)
+		default:
+			_ = a.tree.Touch(id, now)
+			frames, st := s.collect(nil)
+			e.Int32(int32(st))
+			e.Buffer(frames)
+		}
+	}
+	return e.Bytes()
+}
+
+func appendSessionResult(b []byte, st Status, frames []byte) []byte {
+	e := proto.NewEncoder(b)
+	e.Int32(int32(st))
+	e.Buffer(frames)
+	return e.Bytes()
+}
+
+// codeOf returns err's ZooKeeper code. The tree returns codes, and its
+// own errors (ErrZxid, ErrSession) only for the caller's mistakes, which
+// the App does not make.
+func codeOf(err error) proto.Code {
+	var c proto.Code
+	if errors.As(err, &c) {
+		return c
+	}
+	if err == nil {
+		return proto.CodeOK
+	}
+	return proto.CodeSystemError
+}

@@ -1,0 +1,340 @@
+package coord_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/rubin-go/rubin/bft"
+	"github.com/rubin-go/rubin/coord"
+	"github.com/rubin-go/rubin/coord/proto"
+	"github.com/rubin-go/rubin/coord/tree"
+)
+
+// harness runs ops on several Apps in the same order, as replicas do, and
+// checks that they answer alike.
+type harness struct {
+	t    *testing.T
+	apps []*coord.App
+	seq  uint64
+	now  time.Time
+}
+
+func newHarness(t *testing.T, n int) *harness {
+	h := &harness{t: t, now: time.UnixMilli(1_700_000_000_000)}
+	for range n {
+		h.apps = append(h.apps, coord.New(coord.Config{}))
+	}
+	return h
+}
+
+// exec runs op on every App in a batch of its own and returns the result.
+func (h *harness) exec(op []byte) []byte {
+	h.t.Helper()
+	h.seq++
+	ctx := bft.ExecContext{Client: 1, Seq: h.seq, Time: h.now}
+	var first []byte
+	for i, a := range h.apps {
+		res := a.Execute(ctx, op)
+		if i == 0 {
+			first = res
+		} else if !bytes.Equal(res, first) {
+			h.t.Fatalf("app %d answered %x, app 0 %x", i, res, first)
+		}
+	}
+	return first
+}
+
+func (h *harness) advance(d time.Duration) { h.now = h.now.Add(d) }
+
+const gw = 7
+
+func (h *harness) connect(session int64, passwd string, timeout int32) coord.ConnectResult {
+	h.t.Helper()
+	r, err := coord.ParseConnectResult(h.exec(coord.ConnectOp(gw, session, []byte(passwd), timeout)))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return r
+}
+
+// reply is one decoded frame of a result.
+type reply struct {
+	hdr  proto.ReplyHeader
+	resp proto.Record // nil for an error or an event
+	ev   *proto.WatcherEvent
+}
+
+func frames(t *testing.T, b []byte, op proto.OpCode) []reply {
+	t.Helper()
+	var out []reply
+	r := bytes.NewReader(b)
+	for {
+		f, err := proto.ReadFrame(r, nil)
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		hdr, body, err := proto.SplitReply(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep := reply{hdr: hdr}
+		switch {
+		case hdr.Xid == proto.XidWatchEvent:
+			rep.ev = &proto.WatcherEvent{}
+			if err := proto.Unmarshal(body, rep.ev); err != nil {
+				t.Fatal(err)
+			}
+		case hdr.Err == proto.CodeOK:
+			if rep.resp, err = proto.DecodeResponse(op, body); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out = append(out, rep)
+	}
+}
+
+// do runs one request of session and returns its status, the events
+// before the reply and the reply.
+func (h *harness) do(session int64, xid int32, op proto.OpCode, req proto.Record) (coord.Status, []proto.WatcherEvent, reply) {
+	h.t.Helper()
+	frame := proto.Marshal(nil, &proto.RequestHeader{Xid: xid, Type: op})
+	frame = proto.Marshal(frame, req)
+	res, err := coord.ParseRequestResult(h.exec(coord.RequestOp(gw, session, frame)))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	fs := frames(h.t, res.Frames, op)
+	if len(fs) == 0 {
+		h.t.Fatalf("%v: no reply, status %v", op, res.Status)
+	}
+	var evs []proto.WatcherEvent
+	for _, f := range fs[:len(fs)-1] {
+		if f.ev == nil {
+			h.t.Fatalf("%v: a reply before the last frame", op)
+		}
+		evs = append(evs, *f.ev)
+	}
+	last := fs[len(fs)-1]
+	if last.hdr.Xid != xid {
+		h.t.Fatalf("%v: reply xid %d, want %d", op, last.hdr.Xid, xid)
+	}
+	return res.Status, evs, last
+}
+
+func (h *harness) poll(sessions ...int64) []coord.SessionResult {
+	h.t.Helper()
+	rs, err := coord.ParsePollResult(h.exec(coord.PollOp(gw, sessions)))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return rs
+}
+
+func TestSessionsAndRequests(t *testing.T) {
+	h := newHarness(t, 3)
+	a := h.connect(0, "secret-a", 10000)
+	b := h.connect(0, "secret-b", 10000)
+	if a.Status != coord.StatusOK || b.Status != coord.StatusOK || a.Session == b.Session || a.Timeout != 10000 {
+		t.Fatalf("connects: %+v %+v", a, b)
+	}
+
+	_, _, r := h.do(a.Session, 1, proto.OpCreate, &proto.CreateRequest{Path: "/app", Data: []byte("v0"), ACL: proto.OpenACL})
+	if r.hdr.Err != proto.CodeOK || r.resp.(*proto.CreateResponse).Path != "/app" {
+		t.Fatalf("create: %+v", r)
+	}
+	createZxid := r.hdr.Zxid
+	// b watches /app's data; a changes it; b's event waits for b's poll.
+	_, _, r = h.do(b.Session, 1, proto.OpGetData, &proto.GetDataRequest{Path: "/app", Watch: true})
+	if got := r.resp.(*proto.GetDataResponse); string(got.Data) != "v0" || got.Stat.Czxid != createZxid {
+		t.Fatalf("getData: %+v", got)
+	}
+	h.advance(5 * time.Millisecond)
+	_, evs, r := h.do(a.Session, 2, proto.OpSetData, &proto.SetDataRequest{Path: "/app", Data: []byte("v1"), Version: 0})
+	if r.hdr.Err != proto.CodeOK || len(evs) != 0 || r.hdr.Zxid <= createZxid {
+		t.Fatalf("setData: %+v, events %v", r, evs)
+	}
+	st := r.resp.(*proto.SetDataResponse).Stat
+	if st.Version != 1 || st.Mtime != h.now.UnixMilli() || st.Mzxid != r.hdr.Zxid {
+		t.Fatalf("setData stat %+v at %d, zxid %d", st, h.now.UnixMilli(), r.hdr.Zxid)
+	}
+	_, _, r = h.do(a.Session, 3, proto.OpSetData, &proto.SetDataRequest{Path: "/app", Data: []byte("v2"), Version: 0})
+	if r.hdr.Err != proto.CodeBadVersion {
+		t.Fatalf("stale setData: %v", r.hdr.Err)
+	}
+	rs := h.poll(a.Session, b.Session)
+	if len(rs) != 2 || rs[0].Status != coord.StatusOK || len(rs[0].Frames) != 0 || rs[1].Status != coord.StatusOK {
+		t.Fatalf("poll: %+v", rs)
+	}
+	fs := frames(t, rs[1].Frames, 0)
+	if len(fs) != 1 || fs[0].ev == nil || *fs[0].ev != (proto.WatcherEvent{Type: proto.EventNodeDataChanged, State: proto.StateSyncConnected, Path: "/app"}) {
+		t.Fatalf("b's events: %+v", fs)
+	}
+	if rs := h.poll(b.Session); len(rs[0].Frames) != 0 {
+		t.Fatal("an event was delivered twice")
+	}
+
+	// An ephemeral node of b, watched by a, goes when b closes; a's
+	// event comes before the reply to its next request.
+	_, _, r = h.do(b.Session, 2, proto.OpCreate, &proto.CreateRequest{Path: "/app/lock-", ACL: proto.OpenACL, Flags: proto.ModeEphemeralSequential})
+	name := r.resp.(*proto.CreateResponse).Path
+	if name != "/app/lock-0000000000" {
+		t.Fatalf("sequential name %q", name)
+	}
+	h.do(a.Session, 4, proto.OpExists, &proto.ExistsRequest{Path: name, Watch: true})
+	st2, _, r := h.do(b.Session, 3, proto.OpCloseSession, &proto.Empty{})
+	if st2 != coord.StatusClose || r.hdr.Err != proto.CodeOK {
+		t.Fatalf("close: %v %+v", st2, r)
+	}
+	_, evs, r = h.do(a.Session, 5, proto.OpGetChildren, &proto.GetChildrenRequest{Path: "/app"})
+	if len(evs) != 1 || evs[0].Type != proto.EventNodeDeleted || evs[0].Path != name || len(r.resp.(*proto.GetChildrenResponse).Children) != 0 {
+		t.Fatalf("after close: events %v, children %+v", evs, r.resp)
+	}
+	if st, _, r := h.do(b.Session, 4, proto.OpGetData, &proto.GetDataRequest{Path: "/app"}); st != coord.StatusExpired || r.hdr.Err != proto.CodeSessionExpired {
+		t.Fatalf("request of a closed session: %v %v", st, r.hdr.Err)
+	}
+	if c := h.connect(b.Session, "secret-b", 10000); c.Status != coord.StatusExpired {
+		t.Fatalf("reconnect to a closed session: %+v", c)
+	}
+	if c := h.connect(a.Session, "wrong", 10000); c.Status != coord.StatusExpired {
+		t.Fatalf("reconnect with a wrong password: %+v", c)
+	}
+	if c := h.connect(a.Session, "secret-a", 10000); c.Status != coord.StatusOK || c.Session != a.Session {
+		t.Fatalf("reconnect: %+v", c)
+	}
+}
+
+func TestExpiryAtAgreedTime(t *testing.T) {
+	h := newHarness(t, 2)
+	a := h.connect(0, "a", 4000)
+	b := h.connect(0, "b", 4000)
+	h.do(a.Session, 1, proto.OpCreate, &proto.CreateRequest{Path: "/e", ACL: proto.OpenACL, Flags: proto.ModeEphemeral})
+	h.do(b.Session, 1, proto.OpExists, &proto.ExistsRequest{Path: "/e", Watch: true})
+	// b is renewed by polls, a is not; 4s of agreed time later a is gone.
+	var got []byte
+	for range 5 {
+		h.advance(time.Second)
+		rs := h.poll(b.Session)
+		if rs[0].Status != coord.StatusOK {
+			t.Fatalf("b: %v", rs[0].Status)
+		}
+		got = append(got, rs[0].Frames...)
+	}
+	rs := h.poll(a.Session, b.Session)
+	if rs[0].Status != coord.StatusExpired {
+		t.Fatalf("a after its timeout: %v", rs[0].Status)
+	}
+	got = append(got, rs[1].Frames...)
+	if fs := frames(t, got, 0); len(fs) != 1 || *fs[0].ev != (proto.WatcherEvent{Type: proto.EventNodeDeleted, State: proto.StateSyncConnected, Path: "/e"}) {
+		t.Fatalf("b's events: %+v", fs)
+	}
+	if _, ok := h.apps[0].Tree().Session(a.Session); ok {
+		t.Fatal("a is still in the tree")
+	}
+	if _, err := h.apps[0].Tree().Exists(b.Session, "/e", false); err != proto.CodeNoNode {
+		t.Fatalf("a's ephemeral: %v", err)
+	}
+}
+
+func TestAuthAndMulti(t *testing.T) {
+	h := newHarness(t, 2)
+	a := h.connect(0, "a", 10000).Session
+	b := h.connect(0, "b", 10000).Session
+	if st, _, r := h.do(a, proto.XidAuth, proto.OpAuth, &proto.AuthPacket{Scheme: "digest", Auth: []byte("alice:pw")}); st != coord.StatusOK || r.hdr.Err != proto.CodeOK {
+		t.Fatalf("auth: %v %v", st, r.hdr.Err)
+	}
+	acl := []proto.ACL{{Perms: proto.PermAll, ID: proto.ID{Scheme: "digest", ID: tree.Digest("alice:pw")}}}
+	h.do(a, 1, proto.OpCreate, &proto.CreateRequest{Path: "/private", Data: []byte("x"), ACL: acl})
+	if _, _, r := h.do(b, 1, proto.OpGetData, &proto.GetDataRequest{Path: "/private"}); r.hdr.Err != proto.CodeNoAuth {
+		t.Fatalf("b reads /private: %v", r.hdr.Err)
+	}
+	if st, _, r := h.do(b, proto.XidAuth, proto.OpAuth, &proto.AuthPacket{Scheme: "nosuch", Auth: []byte("x")}); st != coord.StatusClose || r.hdr.Err != proto.CodeAuthFailed {
+		t.Fatalf("bad auth: %v %v", st, r.hdr.Err)
+	}
+	_, _, r := h.do(a, 2, proto.OpWhoAmI, &proto.Empty{})
+	if who := r.resp.(*proto.WhoAmIResponse); len(who.ClientInfo) != 1 || who.ClientInfo[0].User != tree.Digest("alice:pw") {
+		t.Fatalf("whoami: %+v", who)
+	}
+
+	multi := &proto.MultiRequest{Ops: []proto.MultiOp{
+		{Type: proto.OpCreate, Request: &proto.CreateRequest{Path: "/m1", ACL: proto.OpenACL}},
+		{Type: proto.OpCheck, Request: &proto.CheckVersionRequest{Path: "/private", Version: 5}},
+	}}
+	_, _, r = h.do(a, 3, proto.OpMulti, multi)
+	res := r.resp.(*proto.MultiResponse).Results
+	if r.hdr.Err != proto.CodeOK || len(res) != 2 || res[1].Response.(*proto.ErrorResponse).Err != proto.CodeBadVersion {
+		t.Fatalf("failed multi: %+v", res)
+	}
+	if _, _, r := h.do(a, 4, proto.OpExists, &proto.ExistsRequest{Path: "/m1"}); r.hdr.Err != proto.CodeNoNode {
+		t.Fatal("a failed multi left a node")
+	}
+	multi.Ops[1].Request = &proto.CheckVersionRequest{Path: "/private", Version: 0}
+	_, _, r = h.do(a, 5, proto.OpMulti, multi)
+	res = r.resp.(*proto.MultiResponse).Results
+	if len(res) != 2 || res[0].Response.(*proto.CreateResponse).Path != "/m1" || res[1].Type != proto.OpCheck {
+		t.Fatalf("multi: %+v", res)
+	}
+}
+
+func TestMalformedAndMoved(t *testing.T) {
+	h := newHarness(t, 2)
+	a := h.connect(0, "a", 10000).Session
+	res, err := coord.ParseRequestResult(h.exec([]byte{1, 2, 3}))
+	if err != nil || res.Status != coord.StatusMalformed {
+		t.Fatalf("garbage op: %+v %v", res, err)
+	}
+	bad := proto.Marshal(nil, &proto.RequestHeader{Xid: 1, Type: proto.OpCreate})
+	bad = append(bad, 0, 0, 0, 9, 'x')
+	res, _ = coord.ParseRequestResult(h.exec(coord.RequestOp(gw, a, bad)))
+	if res.Status != coord.StatusMalformed || len(res.Frames) != 0 {
+		t.Fatalf("malformed request: %+v", res)
+	}
+	frame := proto.Marshal(nil, &proto.RequestHeader{Xid: 2, Type: proto.OpGetData})
+	frame = proto.Marshal(frame, &proto.GetDataRequest{Path: "/"})
+	res, _ = coord.ParseRequestResult(h.exec(coord.RequestOp(gw+1, a, frame)))
+	fs := frames(t, res.Frames, proto.OpGetData)
+	if res.Status != coord.StatusClose || len(fs) != 1 || fs[0].hdr.Err != proto.CodeSessionMoved {
+		t.Fatalf("request from another gateway: %+v", res)
+	}
+	rs, _ := coord.ParsePollResult(h.exec(coord.PollOp(gw+1, []int64{a})))
+	if rs[0].Status != coord.StatusClose {
+		t.Fatalf("poll from another gateway: %v", rs[0].Status)
+	}
+}
+
+// TestSnapshotRestore checks that an App restored from a snapshot goes on
+// exactly as the one that took it, queued events included.
+func TestSnapshotRestore(t *testing.T) {
+	h := newHarness(t, 1)
+	a := h.connect(0, "a", 10000).Session
+	b := h.connect(0, "b", 10000).Session
+	h.do(a, 1, proto.OpCreate, &proto.CreateRequest{Path: "/n", Data: []byte("1"), ACL: proto.OpenACL, Flags: proto.ModeEphemeral})
+	h.do(b, 1, proto.OpGetData, &proto.GetDataRequest{Path: "/n", Watch: true})
+	h.do(a, 2, proto.OpSetData, &proto.SetDataRequest{Path: "/n", Data: []byte("2"), Version: -1})
+
+	snap := h.apps[0].Snapshot()
+	c := coord.New(coord.Config{})
+	if err := c.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(c.Snapshot(), snap) {
+		t.Fatal("a restored App's snapshot differs")
+	}
+	h.apps = append(h.apps, c)
+	rs := h.poll(b)
+	if fs := frames(t, rs[0].Frames, 0); len(fs) != 1 || fs[0].ev.Type != proto.EventNodeDataChanged {
+		t.Fatalf("queued event after restore: %+v", fs)
+	}
+	h.do(a, 3, proto.OpDelete, &proto.DeleteRequest{Path: "/n", Version: -1})
+
+	for _, bad := range [][]byte{nil, snap[:len(snap)-1], append(append([]byte{}, snap...), 0)} {
+		if err := c.Restore(bad); !errors.Is(err, coord.ErrSnapshot) {
+			t.Fatalf("Restore of %d bytes: %v", len(bad), err)
+		}
+	}
+}

@@ -1,0 +1,52 @@
+// Package coord is the coordination service's replicated application: a
+// bft.App that serves ZooKeeper's requests from a coord/tree.Tree, so that
+// a cluster of bft replicas is a ZooKeeper ensemble that tolerates f
+// Byzantine replicas of 3f+1. Clients reach it through a gateway (package
+// coord/gateway), which speaks ZooKeeper's client protocol to them and
+// sends the App ops.
+//
+// # Ops
+//
+// An op is what a gateway asks for one of its sessions, built with
+// ConnectOp (open a session, or resume one with its password), RequestOp
+// (one ZooKeeper request, its header and body as the client sent them)
+// or PollOp (renew sessions and collect their watch events). A gateway
+// names itself in every op with a number of its own choosing; a session
+// belongs to the gateway that last connected it, and a request for it
+// from another gateway is answered with ZooKeeper's sessionMoved. A
+// replica trusts the ops of every authenticated client of the cluster:
+// gateways hold client identities, and only they should.
+//
+// The result of an op is deterministic bytes, the same on every correct
+// replica, so a bft client accepts it on f+1 matching copies: the frames
+// to write to the client, exactly as a ZooKeeper server would write them
+// (reply header with the request's xid, the zxid and the error code, then
+// the body), and a Status saying whether the connection goes on.
+//
+// # Order, zxids and time
+//
+// Everything is ordered by the bft core, reads included: every request
+// is answered from the state after all requests before it, so reads are
+// linearizable and sync has nothing to wait for. A write takes the zxid
+// after the tree's last, so zxids follow the agreed order without gaps.
+// ctime, mtime and session deadlines come from the batch's agreed time
+// (bft.ExecContext.Time), never from a replica's clock; before each op the
+// App ends the sessions whose deadline that time passed (see
+// Config.ExpireInterval) and sweeps empty containers and expired TTL
+// nodes.
+//
+// # Watch events
+//
+// The core has no way yet for a replica to send a client something it
+// did not ask for, so a watch event waits in its session's queue, part of
+// the replicated state, until the session's next result collects it: the
+// reply to one of its requests (events first, as ZooKeeper sends them
+// before the reply that follows the change) or a poll. That costs one
+// ordered op per poll: a gateway polls the sessions that hold watches
+// every few milliseconds while they are idle, and the others only to
+// renew them, so an event reaches an idle client within a poll interval
+// and a round of the protocol, and an idle gateway with watches costs the
+// cluster a few batches a second. A queue is bounded
+// (Config.MaxQueuedBytes); a session that overflows it loses the later
+// events and is told to reconnect, which registers its watches again.
+package coord

@@ -1,0 +1,203 @@
+package coord
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/rubin-go/rubin/coord/proto"
+)
+
+// An op's kind: what a gateway asks for a session.
+const (
+	kindConnect int32 = 1 // open a session or resume one
+	kindRequest int32 = 2 // one ZooKeeper request of a session
+	kindPoll    int32 = 3 // renew sessions and collect their events
+)
+
+// Status says what a gateway does with a session's connection after it
+// wrote the frames of a result.
+type Status int32
+
+const (
+	// StatusOK: keep serving the session.
+	StatusOK Status = 0
+	// StatusClose: write the frames, then close the connection. The
+	// session closed (closeSession), the client failed to authenticate,
+	// the session moved to another gateway, or events were lost because
+	// the client did not collect them (the client reconnects and sets its
+	// watches again).
+	StatusClose Status = 1
+	// StatusExpired: the session is gone (expired, closed, or never was,
+	// or the password is wrong); close the connection. A connect that
+	// gets it answers the client with session id 0, which tells it so.
+	StatusExpired Status = 2
+	// StatusMalformed: the request did not decode; close the connection,
+	// as a ZooKeeper server closes one that sends garbage.
+	StatusMalformed Status = 3
+)
+
+func (s Status) String() string {
+	switch s {
+	case StatusOK:
+		return "ok"
+	case StatusClose:
+		return "close"
+	case StatusExpired:
+		return "expired"
+	case StatusMalformed:
+		return "malformed"
+	}
+	return fmt.Sprintf("status(%d)", int32(s))
+}
+
+// ErrResult is wrapped by the errors of the Parse functions: the bytes are
+// not a result of the kind asked for.
+var ErrResult = errors.New("coord: malformed result")
+
+// ConnectOp is the op that opens a session (session 0) with the password
+// passwd the gateway chose for it, or resumes session with the password
+// its client gave, asking for a timeout in milliseconds. gateway names
+// the gateway; a session belongs to the gateway that last connected it.
+func ConnectOp(gateway, session int64, passwd []byte, timeout int32) []byte {
+	e := proto.NewEncoder(make([]byte, 0, 32+len(passwd)))
+	e.Int32(kindConnect)
+	e.Int64(gateway)
+	e.Int64(session)
+	e.Int32(timeout)
+	e.Buffer(passwd)
+	return e.Bytes()
+}
+
+// RequestOp is the op that runs one ZooKeeper request of session: frame
+// is the request as its client sent it, the header and body without the
+// length prefix.
+func RequestOp(gateway, session int64, frame []byte) []byte {
+	e := proto.NewEncoder(make([]byte, 0, 24+len(frame)))
+	e.Int32(kindRequest)
+	e.Int64(gateway)
+	e.Int64(session)
+	e.Buffer(frame)
+	return e.Bytes()
+}
+
+// PollOp is the op that renews sessions, as their clients' pings would,
+// and collects the watch events waiting for them.
+func PollOp(gateway int64, sessions []int64) []byte {
+	e := proto.NewEncoder(make([]byte, 0, 20+8*len(sessions)))
+	e.Int32(kindPoll)
+	e.Int64(gateway)
+	e.Int32(int32(len(sessions)))
+	for _, s := range sessions {
+		e.Int64(s)
+	}
+	return e.Bytes()
+}
+
+// op is a decoded op.
+type op struct {
+	kind     int32
+	gateway  int64
+	session  int64
+	timeout  int32
+	passwd   []byte
+	frame    []byte
+	sessions []int64
+}
+
+// maxPollSessions bounds the sessions of one poll op.
+const maxPollSessions = 1 << 16
+
+func decodeOp(b []byte) (op, error) {
+	d := proto.NewDecoder(b)
+	o := op{kind: d.Int32(), gateway: d.Int64()}
+	switch o.kind {
+	case kindConnect:
+		o.session = d.Int64()
+		o.timeout = d.Int32()
+		o.passwd = d.Buffer()
+	case kindRequest:
+		o.session = d.Int64()
+		o.frame = d.Buffer()
+	case kindPoll:
+		n := d.Int32()
+		if n < 0 || n > maxPollSessions || int(n)*8 > d.Len() {
+			d.Fail(fmt.Errorf("poll of %d sessions", n))
+			break
+		}
+		o.sessions = make([]int64, n)
+		for i := range o.sessions {
+			o.sessions[i] = d.Int64()
+		}
+	default:
+		d.Fail(fmt.Errorf("unknown kind %d", o.kind))
+	}
+	if d.Err() == nil && d.Len() != 0 {
+		d.Fail(fmt.Errorf("%d bytes after the op", d.Len()))
+	}
+	return o, d.Err()
+}
+
+// ConnectResult is the answer to a ConnectOp.
+type ConnectResult struct {
+	Status  Status
+	Session int64 // the session, new or resumed; 0 unless Status is StatusOK
+	Timeout int32 // the negotiated timeout in milliseconds
+}
+
+// ParseConnectResult decodes the result of a ConnectOp.
+func ParseConnectResult(b []byte) (ConnectResult, error) {
+	d := proto.NewDecoder(b)
+	r := ConnectResult{Status: Status(d.Int32()), Session: d.Int64(), Timeout: d.Int32()}
+	return r, finish(d, "connect")
+}
+
+func appendConnectResult(b []byte, r ConnectResult) []byte {
+	e := proto.NewEncoder(b)
+	e.Int32(int32(r.Status))
+	e.Int64(r.Session)
+	e.Int32(r.Timeout)
+	return e.Bytes()
+}
+
+// SessionResult is what a result says to one session: the frames to write
+// to its client, in order (watch events, then the reply to the request if
+// there is one), and what to do next.
+type SessionResult struct {
+	Session int64
+	Status  Status
+	// Frames are whole ZooKeeper frames, length prefixes included, ready
+	// to be written to the client as they are.
+	Frames []byte
+}
+
+// ParseRequestResult decodes the result of a RequestOp.
+func ParseRequestResult(b []byte) (SessionResult, error) {
+	d := proto.NewDecoder(b)
+	r := SessionResult{Status: Status(d.Int32()), Frames: d.Buffer()}
+	return r, finish(d, "request")
+}
+
+// ParsePollResult decodes the result of a PollOp: one SessionResult per
+// session of the op, in its order.
+func ParsePollResult(b []byte) ([]SessionResult, error) {
+	d := proto.NewDecoder(b)
+	n := d.Int32()
+	if n < 0 || int(n)*16 > d.Len() {
+		return nil, fmt.Errorf("%w: poll: %d sessions in %d bytes", ErrResult, n, len(b))
+	}
+	rs := make([]SessionResult, n)
+	for i := range rs {
+		rs[i] = SessionResult{Session: d.Int64(), Status: Status(d.Int32()), Frames: d.Buffer()}
+	}
+	return rs, finish(d, "poll")
+}
+
+func finish(d *proto.Decoder, what string) error {
+	if err := d.Err(); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrResult, what, err)
+	}
+	if d.Len() != 0 {
+		return fmt.Errorf("%w: %s: %d bytes too many", ErrResult, what, d.Len())
+	}
+	return nil
+}

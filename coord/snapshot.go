@@ -1,0 +1,86 @@
+package coord
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/rubin-go/rubin/coord/proto"
+	"github.com/rubin-go/rubin/coord/tree"
+)
+
+// snapshotVersion starts every snapshot.
+const snapshotVersion int32 = 1
+
+// ErrSnapshot is wrapped by the errors of Restore.
+var ErrSnapshot = errors.New("coord: bad snapshot")
+
+// Snapshot encodes the App's state canonically: the agreed times of the
+// next expiry look and sweep, every session's gateway and queued events in
+// id order, then the tree's own snapshot.
+func (a *App) Snapshot() []byte {
+	e := proto.NewEncoder(nil)
+	e.Int32(snapshotVersion)
+	e.Int64(a.nextExpire)
+	e.Int64(a.nextSweep)
+	ids := slices.Sorted(maps.Keys(a.sessions))
+	e.Int32(int32(len(ids)))
+	for _, id := range ids {
+		s := a.sessions[id]
+		e.Int64(id)
+		e.Int64(s.gateway)
+		e.Bool(s.lost)
+		e.Buffer(s.events)
+	}
+	e.Buffer(a.tree.Snapshot())
+	return e.Bytes()
+}
+
+// Restore replaces the state with a snapshot taken by Snapshot. It checks
+// that the sessions are the tree's and their queues within
+// Config.MaxQueuedBytes; on an error the state is unchanged.
+func (a *App) Restore(b []byte) error {
+	d := proto.NewDecoder(b)
+	if v := d.Int32(); v != snapshotVersion && d.Err() == nil {
+		return fmt.Errorf("%w: version %d", ErrSnapshot, v)
+	}
+	nextExpire, nextSweep := d.Int64(), d.Int64()
+	n := d.Int32()
+	if n < 0 || int(n)*21 > d.Len() {
+		return fmt.Errorf("%w: %d sessions in %d bytes", ErrSnapshot, n, len(b))
+	}
+	sessions := make(map[int64]*session, n)
+	last := int64(0)
+	for i := range n {
+		id := d.Int64()
+		s := &session{gateway: d.Int64(), lost: d.Bool(), events: d.Buffer()}
+		if d.Err() != nil {
+			break
+		}
+		if i > 0 && id <= last || len(s.events) > a.cfg.MaxQueuedBytes {
+			return fmt.Errorf("%w: session %#x out of order or with too many events", ErrSnapshot, id)
+		}
+		if len(s.events) == 0 {
+			s.events = nil
+		}
+		last = id
+		sessions[id] = s
+	}
+	ts := d.Buffer()
+	if err := d.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrSnapshot, err)
+	}
+	if d.Len() != 0 {
+		return fmt.Errorf("%w: %d bytes too many", ErrSnapshot, d.Len())
+	}
+	t, err := tree.Restore(a.cfg.Tree, ts)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrSnapshot, err)
+	}
+	if !slices.Equal(t.Sessions(), slices.Sorted(maps.Keys(sessions))) {
+		return fmt.Errorf("%w: sessions differ from the tree's", ErrSnapshot)
+	}
+	a.tree, a.sessions, a.nextExpire, a.nextSweep = t, sessions, nextExpire, nextSweep
+	return nil
+}
