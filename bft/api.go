@@ -20,6 +20,38 @@ type App interface {
 	Restore(snapshot []byte) error
 }
 
+// Querier is an App that answers read-only requests (Request.ReadOnly)
+// from its current state, without their being ordered: PBFT's read-only
+// optimization, one round trip instead of three phases.
+//
+// Query must not change the state, and must be deterministic like
+// Execute: two replicas in the same state give the same result, since
+// the client accepts a result only from 2f+1 replicas that gave it
+// identically (see Client.ProposeRead). A replica answers only once it
+// executed every batch it prepared, or saw prepared, and is behind no
+// stable checkpoint it knows of; that makes the reads linearizable: an
+// ordered request whose result a client accepted was executed by a
+// correct replica, so committed, so prepared by 2f+1 replicas, f+1 of
+// them correct; any 2f+1 replicas include one of those, which answers a
+// read that reaches it later only once it executed that request, and the
+// 2f+1 results agree. A read concurrent with writes, or answered by a
+// replica that lags, may not find 2f+1 equal results; the client then
+// orders it like any request.
+type Querier interface {
+	// Query answers op for ctx.Client. It may keep op only for the
+	// duration of the call.
+	Query(ctx QueryContext, op []byte) (result []byte)
+}
+
+// QueryContext is what a replica tells Query about a read-only request.
+type QueryContext struct {
+	// Client is the client whose authenticator the request carries.
+	Client ClientID
+	// Time is the agreed time of the last batch the replica executed
+	// (zero before the first): replicas in the same state agree on it.
+	Time time.Time
+}
+
 // ExecContext is what the replicas agreed on about one request, besides
 // its operation.
 type ExecContext struct {

@@ -15,7 +15,8 @@ type ClientConfig struct {
 	ID ClientID
 	N  int // replicas
 	// RetransmitTicks: without a result after this many ticks, the
-	// request goes again, to every replica. Default 20.
+	// request goes again, to every replica; a read-only request (see
+	// ProposeRead) is ordered instead. Default 20.
 	RetransmitTicks int
 	// Sign fills r.Auth, the request's authenticator (package bft/auth).
 	Sign func(r *Request)
@@ -27,11 +28,13 @@ type ClientConfig struct {
 }
 
 // Client is the deterministic core of a PBFT client: one outstanding
-// request at a time (closed loop). Like Replica it has no goroutines,
+// request at a time (closed loop), ordered (Propose) or read-only
+// (ProposeRead). Like Replica it has no goroutines,
 // clocks or I/O and is not safe for concurrent use.
 type Client struct {
 	cfg     ClientConfig
 	f       int
+	q       int // 2f+1, the replies a read-only result needs
 	ts      uint64
 	view    uint64 // the view replies last showed
 	out     *Request
@@ -48,6 +51,9 @@ var errLateReply = fmt.Errorf("%w: reply for a request not outstanding", ErrStal
 type Result struct {
 	Timestamp uint64
 	Result    []byte
+	// ReadOnly: 2f+1 replicas answered the read-only request from their
+	// state; it was not ordered.
+	ReadOnly bool
 }
 
 // ClientReady is what a client accumulated since the last Ready.
@@ -68,7 +74,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		cfg.RetransmitTicks = 20
 	}
 	c := &Client{cfg: cfg, ts: cfg.StartTimestamp, replies: make(map[ReplicaID]*Reply)}
-	c.f = quorum.Faults(cfg.N)
+	c.f, c.q = quorum.Faults(cfg.N), quorum.Quorum(cfg.N)
 	return c, nil
 }
 
@@ -88,6 +94,46 @@ func (c *Client) Propose(op []byte) (uint64, error) {
 	return c.ts, nil
 }
 
+// ProposeRead sends op, which must not change the application's state, to
+// every replica as a read-only request (see Querier), and returns its
+// timestamp; the result comes in a later Ready's Done. The result is
+// accepted once 2f+1 replicas answered it identically; when that cannot
+// happen any more (their answers differ: a write ran concurrently, a
+// replica lags or lies) or RetransmitTicks pass first, op is proposed as
+// an ordered request of the same timestamp, and its result is accepted
+// as Propose's are. Like Propose, it needs no request outstanding. A read
+// answered without ordering leaves the timestamp unused: the next
+// request gets it again.
+func (c *Client) ProposeRead(op []byte) (uint64, error) {
+	if c.out != nil {
+		return 0, ErrBusy
+	}
+	req := &Request{Client: c.cfg.ID, Timestamp: c.ts + 1, ReadOnly: true, Op: op}
+	c.cfg.Sign(req)
+	c.out = req
+	clear(c.replies)
+	c.timer = 0
+	c.toAll(req)
+	return req.Timestamp, nil
+}
+
+// order turns the outstanding read-only request into an ordered one.
+func (c *Client) order() {
+	c.ts = c.out.Timestamp
+	req := &Request{Client: c.cfg.ID, Timestamp: c.ts, Op: c.out.Op}
+	c.cfg.Sign(req)
+	c.out = req
+	clear(c.replies)
+	c.timer = 0
+	c.sends = append(c.sends, Envelope{To: ToReplica(ReplicaID(c.view % uint64(c.cfg.N))), Msg: req})
+}
+
+func (c *Client) toAll(m Message) {
+	for i := 0; i < c.cfg.N; i++ {
+		c.sends = append(c.sends, Envelope{To: ToReplica(ReplicaID(i)), Msg: m})
+	}
+}
+
 // Step takes a reply from replica from (as the authenticated link says).
 func (c *Client) Step(from ReplicaID, rep *Reply) error {
 	if rep == nil {
@@ -102,7 +148,7 @@ func (c *Client) Step(from ReplicaID, rep *Reply) error {
 	if rep.Client != c.cfg.ID {
 		return fmt.Errorf("%w: reply for client %d", ErrInvalid, rep.Client)
 	}
-	if c.out == nil || rep.Timestamp != c.out.Timestamp {
+	if c.out == nil || rep.Timestamp != c.out.Timestamp || rep.ReadOnly != c.out.ReadOnly {
 		// Every request's replies after the f+1st end here: not
 		// formatted, it is the common case.
 		return errLateReply
@@ -110,12 +156,32 @@ func (c *Client) Step(from ReplicaID, rep *Reply) error {
 	c.replies[from] = rep
 	var buf [16]uint64
 	views := buf[:0]
+	best := 0
 	for _, o := range c.replies {
 		if bytes.Equal(o.Result, rep.Result) {
 			views = append(views, o.View)
 		}
+		if rep.ReadOnly {
+			k := 0
+			for _, p := range c.replies {
+				if bytes.Equal(o.Result, p.Result) {
+					k++
+				}
+			}
+			best = max(best, k)
+		}
 	}
-	if len(views) < c.f+1 {
+	need := c.f + 1
+	if rep.ReadOnly {
+		need = c.q
+		if best+c.cfg.N-len(c.replies) < need {
+			// The replicas yet to answer cannot make any result reach
+			// 2f+1: order the request.
+			c.order()
+			return nil
+		}
+	}
+	if len(views) < need {
 		return nil
 	}
 	// Of f+1 matching replies at least one is correct: its view, or a
@@ -124,7 +190,7 @@ func (c *Client) Step(from ReplicaID, rep *Reply) error {
 	if v := views[c.f]; v > c.view {
 		c.view = v
 	}
-	c.done = append(c.done, Result{Timestamp: rep.Timestamp, Result: rep.Result})
+	c.done = append(c.done, Result{Timestamp: rep.Timestamp, Result: rep.Result, ReadOnly: rep.ReadOnly})
 	c.out = nil
 	clear(c.replies)
 	return nil
@@ -142,9 +208,11 @@ func (c *Client) Tick() {
 		return
 	}
 	c.timer = 0
-	for i := 0; i < c.cfg.N; i++ {
-		c.sends = append(c.sends, Envelope{To: ToReplica(ReplicaID(i)), Msg: c.out})
+	if c.out.ReadOnly {
+		c.order()
+		return
 	}
+	c.toAll(c.out)
 }
 
 // Outstanding reports whether a request awaits its result.

@@ -78,6 +78,10 @@ type Config struct {
 	// request replaces its oldest held one and an older one is refused
 	// (ErrFull). Default 4.
 	MaxPendingPerClient int
+	// MaxReads bounds the read-only requests a replica holds until it can
+	// answer them (it answers once it executed what it prepared); each
+	// client has at most one held, its latest. Default 4*MaxBatch.
+	MaxReads int
 	// MaxFutureBytes bounds, per sender, the normal-case messages of
 	// views this replica has not entered yet that it keeps for when it
 	// does (besides 3L+8 messages per sender). Default 2*MaxBatchBytes:
@@ -175,6 +179,7 @@ func (c *Config) fill() error {
 	def(&c.MaxPendingBytes, 4*c.MaxBatchBytes)
 	def(&c.MaxPendingPerClient, 4)
 	def(&c.MaxFutureBytes, 2*c.MaxBatchBytes)
+	def(&c.MaxReads, 4*c.MaxBatch)
 	def(&c.StateChunkBytes, 1<<20)
 	def(&c.MaxStateBytes, 1<<30)
 	if c.Clock == nil {

@@ -85,6 +85,18 @@
 // checkpoint (the agreed time is replicated state: a batch executes at
 // the larger of its time and the one before).
 //
+// # Read-only requests
+//
+// A request flagged ReadOnly (Client.ProposeRead) goes to every replica
+// and is answered from its state by the App's Querier, without being
+// ordered; the client accepts a result that 2f+1 replicas returned
+// identically, and otherwise, after RetransmitTicks or as soon as the
+// answers cannot agree, orders the request. A replica answers a read
+// only once it executed every slot it prepared (its own execution is
+// never tentative) and is behind no stable checkpoint it knows of, which
+// makes reads linearizable (see Querier for the argument); reads wait in
+// a bounded queue until then (Config.MaxReads, one per client).
+//
 // # Beyond the paper
 //
 // These choices keep the core live over links that lose messages and with
@@ -121,7 +133,8 @@
 // signature, a prepare's signature) before they are buffered, at most
 // 3L+8 and MaxFutureBytes per sender, views at most 64 ahead. Pending
 // requests: MaxPending, MaxPendingBytes, MaxPendingPerClient per client,
-// and an arrival order at most about twice as long as what is held.
+// and an arrival order at most about twice as long as what is held;
+// read-only requests waiting: MaxReads, one per client.
 // Status reports the accounted bytes (PendingBytes, BufferedBytes). The
 // reply cache holds one reply per client that ever had a request
 // executed; it is replicated state, so it is not trimmed. State

@@ -52,20 +52,51 @@ const (
 // request it forwards in a pre-prepare. Timestamp orders a client's
 // requests: a replica executes a client's request at most once, and only
 // if its timestamp is greater than the last one executed.
+//
+// A ReadOnly request is not ordered: the client sends it to every replica,
+// which answers it from its state through the App's Querier (see
+// Querier and Client.ProposeRead); its Timestamp only names it in the
+// replies, and no pre-prepare may hold it. The authenticator covers
+// ReadOnly, so nobody can turn a client's read into an ordered request or
+// back.
 type Request struct {
 	Client    ClientID
 	Timestamp uint64
+	ReadOnly  bool
 	Op        []byte
 	Auth      []byte
 }
 
+// requestFlags encodes a request's flags as the codec, its authenticator
+// and BatchDigest take them: bit 0 is ReadOnly.
+func requestFlags(r *Request) uint64 {
+	if r.ReadOnly {
+		return 1
+	}
+	return 0
+}
+
+// RequestFlags returns the flag bits of r, for codecs and authenticators:
+// bit 0 is ReadOnly; the others are 0.
+func RequestFlags(r *Request) uint64 { return requestFlags(r) }
+
+// SetRequestFlags sets r's flags from their bits, as RequestFlags gives
+// them, and reports false if a bit it does not know is set.
+func SetRequestFlags(r *Request, f uint64) bool {
+	r.ReadOnly = f&1 != 0
+	return f&^1 == 0
+}
+
 // Reply is a replica's answer to a request. The client accepts a result
-// once f+1 replicas sent matching replies (same timestamp and result).
+// once f+1 replicas sent matching replies (same timestamp and result), or
+// for a ReadOnly request 2f+1; ReadOnly marks the answers to those, so
+// they never count for an ordered request of the same timestamp.
 type Reply struct {
 	View      uint64
 	Timestamp uint64
 	Client    ClientID
 	Replica   ReplicaID
+	ReadOnly  bool
 	Result    []byte
 }
 
@@ -232,19 +263,20 @@ func (*FetchBatch) Type() MessageType { return TypeFetchBatch }
 func (*Batch) Type() MessageType      { return TypeBatch }
 
 // BatchDigest is the digest a pre-prepare binds: SHA-256 over the
-// proposed time and each request's client, timestamp and operation,
-// uvarints and length-prefixed. The authenticators are not part of it:
+// proposed time and each request's client, timestamp, flags and
+// operation, uvarints and length-prefixed. The authenticators are not part of it:
 // each replica checks its own entry, and a request is the same request
 // whatever MACs it carries. The null batch of a new view is
 // BatchDigest(0, nil).
 func BatchDigest(time uint64, batch []Request) Digest {
 	h := sha256.New()
-	var b [3 * binary.MaxVarintLen64]byte
+	var b [4 * binary.MaxVarintLen64]byte
 	h.Write(b[:binary.PutUvarint(b[:], time)])
 	for i := range batch {
 		r := &batch[i]
 		n := binary.PutUvarint(b[:], uint64(r.Client))
 		n += binary.PutUvarint(b[n:], r.Timestamp)
+		n += binary.PutUvarint(b[n:], requestFlags(r))
 		n += binary.PutUvarint(b[n:], uint64(len(r.Op)))
 		h.Write(b[:n])
 		h.Write(r.Op)

@@ -304,8 +304,11 @@ func (r *Replica) tryExecute() {
 		r.execute(e)
 		progressed = true
 	}
-	if progressed && r.isPrimary() {
-		r.propose(false)
+	if progressed {
+		r.serveReads()
+		if r.isPrimary() {
+			r.propose(false)
+		}
 	}
 }
 

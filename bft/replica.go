@@ -50,6 +50,10 @@ type Replica struct {
 	replies  map[ClientID]*Reply
 	pending  pendingQueue
 	proposed map[reqKey]uint64
+	// Read-only requests waiting to be answered (read.go), and their
+	// accounted bytes.
+	reads     []heldRead
+	readBytes int
 
 	// Primary state.
 	nextSeq    uint64 // highest sequence number assigned in this view
@@ -206,14 +210,16 @@ type Status struct {
 	BatchFetches   uint64 // FetchBatch messages sent
 	LogEntries     int    // sequence numbers with state in the log
 	Pending        int    // requests held, not executed
+	Reads          int    // read-only requests held, not answered
 	Checkpoints    int    // own checkpoints (snapshots) held
 	CheckpointSeqs int    // sequence numbers with checkpoint votes held
 	Buffered       int    // future-view messages buffered
 
 	// Memory the core accounts for (see docs/bft.md, "Memory bounds"):
 	// the held requests and their arrival order (at most
-	// MaxPendingBytes plus the order), the future-view messages buffered
-	// (at most MaxFutureBytes per sender).
+	// MaxPendingBytes plus the order) and the held read-only requests
+	// (at most MaxReads), the future-view messages buffered (at most
+	// MaxFutureBytes per sender).
 	PendingBytes  int
 	BufferedBytes int
 }
@@ -459,7 +465,8 @@ func (r *Replica) Status() Status {
 	s.KnownStable = r.target
 	s.LogEntries = len(r.log)
 	s.Pending = len(r.pending.byKey)
-	s.PendingBytes = r.pending.memory()
+	s.PendingBytes = r.pending.memory() + r.readBytes
+	s.Reads = len(r.reads)
 	s.Checkpoints = len(r.ckpts)
 	s.CheckpointSeqs = len(r.ckVotes)
 	for _, b := range r.future {

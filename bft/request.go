@@ -146,6 +146,9 @@ func (r *Replica) onRequest(req *Request, fromClient, authFirst bool) error {
 	if len(req.Op) > r.cfg.MaxOpSize {
 		return fmt.Errorf("%w: op of %d bytes exceeds %d", ErrInvalid, len(req.Op), r.cfg.MaxOpSize)
 	}
+	if req.ReadOnly {
+		return r.onRead(req, fromClient)
+	}
 	if authFirst && !r.cfg.Auth.VerifyRequest(req) {
 		return fmt.Errorf("%w: request %d of client %d: bad authenticator", ErrForged, req.Timestamp, req.Client)
 	}
@@ -323,6 +326,9 @@ func (r *Replica) checkBatch(b []Request) error {
 	for i := range b {
 		if len(b[i].Op) > r.cfg.MaxOpSize {
 			return fmt.Errorf("%w: op of %d bytes in batch", ErrInvalid, len(b[i].Op))
+		}
+		if b[i].ReadOnly {
+			return fmt.Errorf("%w: read-only request %d of client %d in a batch", ErrInvalid, b[i].Timestamp, b[i].Client)
 		}
 		total += len(b[i].Op)
 	}

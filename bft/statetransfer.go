@@ -293,6 +293,7 @@ func (r *Replica) installState(own *ownCheckpoint, cert []Checkpoint) error {
 	// Committed slots above the checkpoint, logged while we lagged (or
 	// executed on a state that diverged), can run now.
 	r.tryExecute()
+	r.serveReads()
 	r.propose(false)
 	return nil
 }

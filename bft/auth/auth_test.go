@@ -404,6 +404,7 @@ func TestMACKey(t *testing.T) {
 		m := hmac.New(sha256.New, key)
 		m.Write(binary.AppendUvarint(nil, uint64(r.Client)))
 		m.Write(binary.AppendUvarint(nil, r.Timestamp))
+		m.Write(binary.AppendUvarint(nil, 0)) // flags
 		m.Write(binary.AppendUvarint(nil, uint64(len(r.Op))))
 		m.Write(r.Op)
 		want := m.Sum(nil)[:MACSize]

@@ -136,7 +136,10 @@ type Store struct {
 
 type entry struct{ v []byte }
 
-var _ bft.App = (*Store)(nil)
+var (
+	_ bft.App     = (*Store)(nil)
+	_ bft.Querier = (*Store)(nil)
+)
 
 // New returns an empty store with the given limits.
 func New(cfg Config) *Store {
@@ -147,7 +150,8 @@ func New(cfg Config) *Store {
 func (s *Store) Len() int { return len(s.m) }
 
 // Lookup returns a copy of key's value, for local reads and tests. Reads
-// that must be linearizable go through Execute(ctx, EncodeGet(key)) instead.
+// that must be linearizable go through the replicas instead: ordered
+// (Execute with EncodeGet(key)) or read-only (Query, see bft.Querier).
 func (s *Store) Lookup(key []byte) (value []byte, found bool) {
 	e, ok := s.m[string(key)]
 	if !ok {
@@ -172,14 +176,7 @@ func (s *Store) Execute(_ bft.ExecContext, op []byte) []byte {
 		}
 		return s.put(key, value)
 	case OpGet:
-		if err := s.checkKey(args); err != nil {
-			return errorResult("get", err)
-		}
-		e, ok := s.m[string(args)]
-		if !ok {
-			return []byte{StatusNotFound}
-		}
-		return append(append(make([]byte, 0, 1+len(e.v)), StatusFound), e.v...)
+		return s.get(args)
 	case OpDelete:
 		if err := s.checkKey(args); err != nil {
 			return errorResult("delete", err)
@@ -196,6 +193,27 @@ func (s *Store) Execute(_ bft.ExecContext, op []byte) []byte {
 	default:
 		return errorResult("execute", fmt.Errorf("unknown opcode 0x%02x", op[0]))
 	}
+}
+
+// Query answers a get without ordering it (see bft.Querier): the same
+// result as Execute's for the same state. Every other opcode would change
+// the store and gets an error result.
+func (s *Store) Query(_ bft.QueryContext, op []byte) []byte {
+	if len(op) == 0 || op[0] != OpGet {
+		return errorResult("query", errors.New("only get is read-only"))
+	}
+	return s.get(op[1:])
+}
+
+func (s *Store) get(key []byte) []byte {
+	if err := s.checkKey(key); err != nil {
+		return errorResult("get", err)
+	}
+	e, ok := s.m[string(key)]
+	if !ok {
+		return []byte{StatusNotFound}
+	}
+	return append(append(make([]byte, 0, 1+len(e.v)), StatusFound), e.v...)
 }
 
 func (s *Store) put(key, value []byte) []byte {

@@ -401,3 +401,24 @@ func BenchmarkExecute(b *testing.B) {
 		}
 	})
 }
+
+// Query answers a get as Execute does, changes nothing, and refuses
+// every other operation.
+func TestQuery(t *testing.T) {
+	s := New(Config{})
+	s.Execute(bft.ExecContext{}, EncodePut([]byte("a"), []byte("1")))
+	for _, op := range [][]byte{EncodeGet([]byte("a")), EncodeGet([]byte("b")), EncodeGet(nil)} {
+		if q, e := s.Query(bft.QueryContext{}, op), s.Execute(bft.ExecContext{}, op); !bytes.Equal(q, e) {
+			t.Fatalf("%x: query %x, execute %x", op, q, e)
+		}
+	}
+	before := s.Snapshot()
+	for _, op := range [][]byte{EncodePut([]byte("a"), []byte("2")), EncodeDelete([]byte("a")), EncodeAdd([]byte("n"), 1), nil, {0xff}} {
+		if _, _, err := DecodeResult(s.Query(bft.QueryContext{}, op)); err == nil || !strings.Contains(err.Error(), "only get is read-only") {
+			t.Fatalf("query %x: %v", op, err)
+		}
+	}
+	if !bytes.Equal(before, s.Snapshot()) {
+		t.Fatal("Query changed the store")
+	}
+}

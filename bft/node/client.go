@@ -116,6 +116,7 @@ type slot struct {
 
 type call struct {
 	op    []byte
+	read  bool // proposed with ProposeRead
 	ctx   context.Context
 	start time.Time
 	slot  *slot
@@ -297,6 +298,19 @@ func (c *Client) unexpected(cn *conn, m bft.Message) {
 // later replies are ignored). Retransmission, to every replica after
 // Config.RetransmitTicks, is the client core's job.
 func (c *Client) Invoke(ctx context.Context, op []byte) ([]byte, error) {
+	return c.invoke(ctx, op, false)
+}
+
+// InvokeRead is Invoke for an op that does not change the application's
+// state, which must be a bft.Querier: it goes to every replica as a
+// read-only request, answered once 2f+1 replicas return the same result
+// from their state, and is ordered like Invoke's only if they do not (see
+// bft.Client.ProposeRead). The read is linearizable.
+func (c *Client) InvokeRead(ctx context.Context, op []byte) ([]byte, error) {
+	return c.invoke(ctx, op, true)
+}
+
+func (c *Client) invoke(ctx context.Context, op []byte, read bool) ([]byte, error) {
 	select {
 	case c.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -305,7 +319,7 @@ func (c *Client) Invoke(ctx context.Context, op []byte) ([]byte, error) {
 		return nil, ErrClosed
 	}
 	defer func() { <-c.sem }()
-	cl := &call{op: op, ctx: ctx, start: time.Now(), done: make(chan callResult, 1)}
+	cl := &call{op: op, read: read, ctx: ctx, start: time.Now(), done: make(chan callResult, 1)}
 	select {
 	case c.calls <- cl:
 	case <-ctx.Done():
@@ -414,7 +428,11 @@ func (c *Client) start(cl *call) {
 		return
 	}
 	s := c.free[len(c.free)-1]
-	ts, err := s.core.Propose(cl.op)
+	propose := s.core.Propose
+	if cl.read {
+		propose = s.core.ProposeRead
+	}
+	ts, err := propose(cl.op)
 	if err != nil {
 		cl.done <- callResult{err: err}
 		return

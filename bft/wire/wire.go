@@ -9,6 +9,9 @@
 //     replica IDs) are uvarints (encoding/binary), and must be minimal: a
 //     padded varint such as 0x80 0x00 is rejected, so that every message
 //     has exactly one encoding;
+//   - a request's flags (ReadOnly) are one uvarint of bits, as
+//     bft.RequestFlags gives them, with no unknown bit set; a reply's
+//     ReadOnly is one byte, 0 or 1;
 //   - byte slices are a uvarint length followed by the bytes;
 //   - digests are their 32 bytes, with no length;
 //   - lists are a uvarint element count followed by the elements, each
@@ -37,7 +40,7 @@
 // it checks every length and count against the remaining input before
 // allocating, and against Limits. A decoded message takes at most about
 // 16 bytes of memory per input byte (a request with an empty op and
-// authenticator is 4 bytes on the wire and 64 in memory), besides the
+// authenticator is 5 bytes on the wire and 72 in memory), besides the
 // input itself, which it keeps (see below). Every error wraps
 // ErrMalformed and says where decoding stopped, for example
 // "wire: prepare: digest: truncated".
@@ -133,8 +136,8 @@ func (l Limits) withDefaults() Limits {
 // and every length takes at least one byte, a digest 32. A list count is
 // checked against remaining/min before the list is allocated.
 const (
-	minRequest      = 4                      // client, timestamp, op length, auth length
-	minReply        = 5                      // view, timestamp, client, replica, result length
+	minRequest      = 5                      // client, timestamp, flags, op length, auth length
+	minReply        = 6                      // view, timestamp, client, replica, read-only, result length
 	minPrePrepare   = 1 + 1 + 1 + 32 + 1 + 1 // view, seq, time, digest, batch count, sig length
 	minPPHeader     = 1 + 1 + 1 + 32 + 1     // view, seq, time, digest, sig length (no batch)
 	minPrepare      = 1 + 1 + 32 + 1 + 1     // view, seq, digest, replica, sig length
@@ -255,6 +258,13 @@ func appendMessage(b []byte, m bft.Message, sig bool) []byte {
 	panic(fmt.Sprintf("wire: cannot encode message of type %T", m))
 }
 
+func appendBool(b []byte, v bool) []byte {
+	if v {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}
+
 func appendBytes(b, p []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(len(p)))
 	return append(b, p...)
@@ -271,6 +281,7 @@ func appendSig(b, s []byte, sig bool) []byte {
 func appendRequest(b []byte, r *bft.Request) []byte {
 	b = binary.AppendUvarint(b, uint64(r.Client))
 	b = binary.AppendUvarint(b, r.Timestamp)
+	b = binary.AppendUvarint(b, bft.RequestFlags(r))
 	b = appendBytes(b, r.Op)
 	return appendBytes(b, r.Auth)
 }
@@ -280,6 +291,7 @@ func appendReply(b []byte, r *bft.Reply) []byte {
 	b = binary.AppendUvarint(b, r.Timestamp)
 	b = binary.AppendUvarint(b, uint64(r.Client))
 	b = binary.AppendUvarint(b, uint64(r.Replica))
+	b = appendBool(b, r.ReadOnly)
 	return appendBytes(b, r.Result)
 }
 
@@ -499,6 +511,19 @@ func (d *decoder) uvarint(field string) (uint64, error) {
 	return v, nil
 }
 
+// bool reads a byte that must be 0 or 1.
+func (d *decoder) bool(field string) (bool, error) {
+	if d.off >= len(d.b) {
+		return false, d.fail(field, errTruncated)
+	}
+	v := d.b[d.off]
+	if v > 1 {
+		return false, d.fail(field, fmt.Sprintf("boolean %d", v))
+	}
+	d.off++
+	return v == 1, nil
+}
+
 func (d *decoder) replica(field string) (bft.ReplicaID, error) {
 	v, err := d.uvarint(field)
 	if err != nil {
@@ -566,6 +591,13 @@ func (d *decoder) request(r *bft.Request) (err error) {
 	if r.Timestamp, err = d.uvarint("timestamp"); err != nil {
 		return err
 	}
+	var f uint64
+	if f, err = d.uvarint("flags"); err != nil {
+		return err
+	}
+	if !bft.SetRequestFlags(r, f) {
+		return d.fail("flags", fmt.Sprintf("unknown flags %#x", f))
+	}
 	if r.Op, err = d.bytes("op", d.lim.MaxOp); err != nil {
 		return err
 	}
@@ -586,6 +618,9 @@ func (d *decoder) reply(r *bft.Reply) (err error) {
 	}
 	r.Client = bft.ClientID(c)
 	if r.Replica, err = d.replica("replica"); err != nil {
+		return err
+	}
+	if r.ReadOnly, err = d.bool("read-only"); err != nil {
 		return err
 	}
 	r.Result, err = d.bytes("result", d.lim.MaxOp)

@@ -88,8 +88,10 @@ func samples() []bft.Message {
 		&bft.Request{},
 		&bft.Request{Client: 42, Timestamp: 1e12, Op: []byte("put x 1"), Auth: bytes.Repeat([]byte{9}, 64)},
 		&bft.Request{Client: ^bft.ClientID(0), Timestamp: ^uint64(0), Op: []byte{0}},
+		&bft.Request{Client: 7, Timestamp: 3, ReadOnly: true, Op: []byte("get x"), Auth: bytes.Repeat([]byte{8}, 64)},
 		&bft.Reply{},
 		&bft.Reply{View: 2, Timestamp: 99, Client: 42, Replica: 3, Result: []byte("ok")},
+		&bft.Reply{View: 2, Timestamp: 99, Client: 42, Replica: 3, ReadOnly: true, Result: []byte("x=1")},
 		&bft.PrePrepare{},
 		&pp,
 		&bft.Prepare{},
@@ -254,7 +256,7 @@ func TestDecodeAliases(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := m.(*bft.Request)
-	if &got.Op[0] != &b[4] {
+	if &got.Op[0] != &b[5] {
 		t.Error("Op does not alias the input")
 	}
 	if cap(got.Op) != len(got.Op) {
@@ -342,14 +344,16 @@ func TestMalformed(t *testing.T) {
 		{"sig truncated", prep(uv(1), cat(uv(64), make([]byte, 10))), Limits{}, "prepare: sig: length 64: truncated"},
 		{"huge sig length", prep(uv(1), uv(1<<63)), Limits{MaxSig: 1 << 62}, "prepare: sig: length 9223372036854775808 exceeds"},
 		{"too big", make([]byte, 201), small, "wire: 201 bytes exceed the limit of 200"},
-		{"op over limit", cat([]byte{byte(bft.TypeRequest)}, uv(1), uv(1), uv(9), make([]byte, 9), uv(0)), small, "request: op: length 9 exceeds the limit of 8"},
-		{"auth over limit", cat([]byte{byte(bft.TypeRequest)}, uv(1), uv(1), uv(0), uv(65), make([]byte, 65)), small, "request: auth: length 65 exceeds"},
-		{"result over limit", cat([]byte{byte(bft.TypeReply)}, uv(1), uv(1), uv(1), uv(1), uv(9), make([]byte, 9)), small, "reply: result: length 9 exceeds"},
+		{"unknown request flag", cat([]byte{byte(bft.TypeRequest)}, uv(1), uv(1), uv(2), uv(0), uv(0)), Limits{}, "request: flags: unknown flags 0x2"},
+		{"reply boolean", cat([]byte{byte(bft.TypeReply)}, uv(1), uv(1), uv(1), uv(1), []byte{2}, uv(0)), Limits{}, "reply: read-only: boolean 2"},
+		{"op over limit", cat([]byte{byte(bft.TypeRequest)}, uv(1), uv(1), uv(0), uv(9), make([]byte, 9), uv(0)), small, "request: op: length 9 exceeds the limit of 8"},
+		{"auth over limit", cat([]byte{byte(bft.TypeRequest)}, uv(1), uv(1), uv(0), uv(0), uv(65), make([]byte, 65)), small, "request: auth: length 65 exceeds"},
+		{"result over limit", cat([]byte{byte(bft.TypeReply)}, uv(1), uv(1), uv(1), uv(1), []byte{0}, uv(9), make([]byte, 9)), small, "reply: result: length 9 exceeds"},
 		{"batch over limit", cat([]byte{byte(bft.TypePrePrepare)}, uv(1), uv(1), uv(7), d[:], uv(3), make([]byte, 12), uv(0)), small, "pre-prepare: batch: count 3 exceeds the limit of 2"},
 		// A count the remaining input cannot hold fails before the
 		// list is allocated: 1e6 requests of at least 4 bytes in 5.
 		{"batch count vs input", cat([]byte{byte(bft.TypePrePrepare)}, uv(1), uv(1), uv(7), d[:], uv(1e6), make([]byte, 5)), Limits{MaxBatch: 1 << 30}, "pre-prepare: batch: count 1000000: truncated"},
-		{"bad request in batch", cat([]byte{byte(bft.TypePrePrepare)}, uv(1), uv(1), uv(7), d[:], uv(2), uv(1), uv(1), uv(0), uv(0), uv(1), uv(1), uv(5), make([]byte, 2)), Limits{}, "pre-prepare: batch[1]: op: length 5: truncated"},
+		{"bad request in batch", cat([]byte{byte(bft.TypePrePrepare)}, uv(1), uv(1), uv(7), d[:], uv(2), uv(1), uv(1), uv(0), uv(0), uv(0), uv(1), uv(1), uv(0), uv(5), make([]byte, 2)), Limits{}, "pre-prepare: batch[1]: op: length 5: truncated"},
 		{"stable over limit", cat([]byte{byte(bft.TypeState)}, uv(1), uv(5)), small, "state: stable: count 5 exceeds the limit of 4"},
 		{"chunks over limit", cat([]byte{byte(bft.TypeState)}, uv(1), uv(0), uv(1), uv(0), uv(3)), small, "state: chunks: count 3 exceeds the limit of 2"},
 		{"chunks count vs input", cat([]byte{byte(bft.TypeState)}, uv(1), uv(0), uv(1), uv(0), uv(2), make([]byte, 40)), Limits{}, "state: chunks: count 2: truncated"},
@@ -407,7 +411,7 @@ func TestTruncations(t *testing.T) {
 // per input byte.
 func TestDecodeMemory(t *testing.T) {
 	const n = 100000
-	in := cat([]byte{byte(bft.TypePrePrepare)}, uv(1), uv(1), uv(7), make([]byte, 32), uv(n), make([]byte, 4*n), uv(0))
+	in := cat([]byte{byte(bft.TypePrePrepare)}, uv(1), uv(1), uv(7), make([]byte, 32), uv(n), make([]byte, 5*n), uv(0))
 	lim := Limits{MaxBatch: n}
 	var before, after runtime.MemStats
 	runtime.GC()

@@ -18,6 +18,8 @@ type App struct {
 	Ops   [][]byte // every op executed since the last Restore (for tests)
 	// Contexts holds the context of every op in Ops.
 	Contexts []bft.ExecContext
+	// Queries counts the read-only requests answered.
+	Queries int
 	// Pad makes the snapshot Pad bytes longer, for tests of large states:
 	// the count and hash repeated, so the filler changes with the state.
 	Pad int
@@ -31,6 +33,13 @@ func (a *App) Execute(ctx bft.ExecContext, op []byte) []byte {
 	h.Write(op)
 	h.Sum(a.Hash[:0])
 	a.Ops = append(a.Ops, append([]byte(nil), op...))
+	return binary.BigEndian.AppendUint64(nil, a.Count)
+}
+
+// Query answers a read-only request with the count, as Execute's result
+// would be without the op; it counts the queries in Queries.
+func (a *App) Query(_ bft.QueryContext, _ []byte) []byte {
+	a.Queries++
 	return binary.BigEndian.AppendUint64(nil, a.Count)
 }
 

@@ -52,6 +52,7 @@ func (k *Keys) MAC(id bft.ReplicaID, m bft.Message) []byte {
 func requestContent(r *bft.Request) []byte {
 	b := binary.BigEndian.AppendUint64(nil, uint64(r.Client))
 	b = binary.BigEndian.AppendUint64(b, r.Timestamp)
+	b = binary.BigEndian.AppendUint64(b, bft.RequestFlags(r))
 	return append(b, r.Op...)
 }
 

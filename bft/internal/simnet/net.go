@@ -245,7 +245,7 @@ func (n *Net) Restart(i int) error {
 func (n *Net) Send(from bft.Target, e bft.Envelope) { n.enqueue(from, e) }
 
 func (n *Net) enqueue(from bft.Target, e bft.Envelope) {
-	if r, ok := e.Msg.(*bft.Request); ok && from.Client && !n.isFaulty(from) && r.Client == bft.ClientID(from.ID) {
+	if r, ok := e.Msg.(*bft.Request); ok && from.Client && !n.isFaulty(from) && r.Client == bft.ClientID(from.ID) && !r.ReadOnly {
 		if _, ok := n.Check.issued[reqKey{r.Client, r.Timestamp}]; !ok {
 			n.Check.issued[reqKey{r.Client, r.Timestamp}] = r.Op
 		}
@@ -307,7 +307,7 @@ func (n *Net) collect() {
 		}
 		from := bft.ToReplica(bft.ReplicaID(i))
 		for _, e := range rd.Messages {
-			if rep, ok := e.Msg.(*bft.Reply); ok && !n.Faulty[i] {
+			if rep, ok := e.Msg.(*bft.Reply); ok && !n.Faulty[i] && !rep.ReadOnly {
 				n.Check.reply(i, rep)
 			}
 			if n.Byzantine != nil {
