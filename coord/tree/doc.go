@@ -32,9 +32,12 @@
 // A new tree holds the root, /zookeeper, /zookeeper/quota and
 // /zookeeper/config (readable by anyone, writable by none), all with a
 // zero Stat; none can be deleted. Paths follow ZooKeeper's rules (see
-// Create). Sequential nodes take the parent's cversion as a ten-digit
-// suffix; cversion counts creations of children, pzxid the last zxid
-// that created or deleted one. Ephemeral nodes belong to their session
+// Create). Sequential nodes take the number of children ever created
+// under the parent as a ten-digit suffix; the cversion clients see counts
+// creations and deletions of children (so the root, whose only child
+// /zookeeper was never created, shows -1, as in ZooKeeper), and pzxid is
+// the last zxid that created or deleted one. Containers and TTL nodes
+// show no ephemeral owner. Ephemeral nodes belong to their session
 // and cannot have children. Container and TTL nodes are deleted by Sweep
 // once empty (a container after it has had a child, a TTL node when its
 // time since its last change passes its TTL); TTL nodes need

@@ -42,7 +42,7 @@ func TestMulti(t *testing.T) {
 	// fires once, for the first create.
 	wantEvents(t, "multi", evs, ev(w, proto.EventNodeCreated, "/m/x"), ev(w, proto.EventNodeChildrenChanged, "/m"))
 	kids, st, _ := h.tr.GetChildren(s, "/m", false)
-	if !slices.Equal(kids, []string{"s-0000000001", "x"}) || st.Cversion != 3 || st.Pzxid != z {
+	if !slices.Equal(kids, []string{"s-0000000001", "x"}) || st.Cversion != 4 || st.Pzxid != z {
 		t.Errorf("/m after the multi: %v, %+v", kids, st)
 	}
 }

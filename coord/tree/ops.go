@@ -144,7 +144,7 @@ func (t *Tree) create(s *session, w Write, path string, data []byte, acl []proto
 		n.data = []byte{}
 	}
 	t.addNode(path, n, w.Zxid)
-	return path, n.stat, nil
+	return path, n.clientStat(), nil
 }
 
 // addNode links a new node under its parent, counting the change in the
@@ -303,7 +303,7 @@ func (t *Tree) setData(s *session, w Write, path string, data []byte, version in
 		n.data, n.stat = oldData, oldStat
 	})
 	t.triggers = append(t.triggers, trigger{kind: changed, path: path, acl: n.acl})
-	return n.stat, nil
+	return n.clientStat(), nil
 }
 
 // Check succeeds if the znode at path exists, the session may read it,
@@ -365,5 +365,5 @@ func (t *Tree) SetACL(w Write, path string, acl []proto.ACL, version int32) (pro
 	t.size += grow
 	n.acl = acl
 	n.stat.Aversion++
-	return n.stat, nil
+	return n.clientStat(), nil
 }

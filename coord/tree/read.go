@@ -29,7 +29,7 @@ func (t *Tree) Exists(session int64, path string, watch bool) (proto.Stat, error
 	if err != nil {
 		return proto.Stat{}, err
 	}
-	return n.stat, nil
+	return n.clientStat(), nil
 }
 
 // readable returns the node at path if the session has perm on it.
@@ -52,7 +52,7 @@ func (t *Tree) GetData(session int64, path string, watch bool) ([]byte, proto.St
 	if err != nil {
 		return nil, proto.Stat{}, err
 	}
-	return n.data, n.stat, nil
+	return n.data, n.clientStat(), nil
 }
 
 // GetChildren returns the names of the children of the znode at path in
@@ -64,7 +64,7 @@ func (t *Tree) GetChildren(session int64, path string, watch bool) ([]string, pr
 	if err != nil {
 		return nil, proto.Stat{}, err
 	}
-	return sortedChildren(n), n.stat, nil
+	return sortedChildren(n), n.clientStat(), nil
 }
 
 // read returns the node at path for a read by session, which needs read
@@ -107,7 +107,7 @@ func (t *Tree) GetACL(session int64, path string) ([]proto.ACL, proto.Stat, erro
 			}
 		}
 	}
-	return acl, n.stat, nil
+	return acl, n.clientStat(), nil
 }
 
 // GetAllChildrenNumber returns how many znodes are beneath path, at any

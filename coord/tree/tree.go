@@ -96,13 +96,28 @@ type Event struct {
 // client's, and has no ZooKeeper code.
 var ErrZxid = errors.New("tree: zxid not above the last zxid")
 
-// A node is a znode. Its stat's DataLength and NumChildren are kept
-// current.
+// A node is a znode. Its stat is ZooKeeper's StatPersisted: Cversion
+// counts the creations of children (the sequence number), and
+// EphemeralOwner may be a container's or TTL node's; clientStat turns it
+// into what clients see. DataLength and NumChildren are kept current.
 type node struct {
 	data     []byte
 	acl      []proto.ACL
 	stat     proto.Stat
 	children map[string]struct{}
+}
+
+// clientStat returns the node's Stat as ZooKeeper's DataNode.copyStat
+// gives it to clients: cversion counts every change to the children, a
+// deletion for each creation whose child is gone (twice the creations
+// less the children left), and only a session shows as ephemeral owner.
+func (n *node) clientStat() proto.Stat {
+	st := n.stat
+	st.Cversion = st.Cversion*2 - st.NumChildren
+	if !sessionOwner(st.EphemeralOwner) {
+		st.EphemeralOwner = 0
+	}
+	return st
 }
 
 // Tree is the coordination service's state. It is not safe for

@@ -13,12 +13,13 @@ func TestNewTree(t *testing.T) {
 	h := newHarness(t, Config{})
 	s := h.session(1)
 	kids, st, err := h.tr.GetChildren(s, "/", false)
-	if err != nil || !slices.Equal(kids, []string{"zookeeper"}) || st.NumChildren != 1 || st.Cversion != 0 {
+	// ZooKeeper shows the root's cversion as -1: its child was never created.
+	if err != nil || !slices.Equal(kids, []string{"zookeeper"}) || st.NumChildren != 1 || st.Cversion != -1 {
 		t.Errorf("GetChildren(/) = %v, %+v, %v", kids, st, err)
 	}
-	kids, _, _ = h.tr.GetChildren(s, "/zookeeper", false)
-	if !slices.Equal(kids, []string{"config", "quota"}) {
-		t.Errorf("GetChildren(/zookeeper) = %v", kids)
+	kids, st, _ = h.tr.GetChildren(s, "/zookeeper", false)
+	if !slices.Equal(kids, []string{"config", "quota"}) || st.Cversion != -2 {
+		t.Errorf("GetChildren(/zookeeper) = %v, %+v", kids, st)
 	}
 	acl, st, err := h.tr.GetACL(s, "/zookeeper/config")
 	if err != nil || st.Aversion != -1 || len(acl) != 1 || acl[0].Perms != proto.PermRead {
@@ -118,7 +119,7 @@ func TestStat(t *testing.T) {
 		t.Errorf("Create = %q, %+v, %v; want /a, %+v", p, st, err, want)
 	}
 	root := h.stat(s, "/")
-	if root.Cversion != 1 || root.Pzxid != z || root.NumChildren != 2 || root.Mzxid != 0 {
+	if root.Cversion != 0 || root.Pzxid != z || root.NumChildren != 2 || root.Mzxid != 0 {
 		t.Errorf("root after create: %+v", root)
 	}
 
@@ -151,8 +152,8 @@ func TestStat(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := h.stat(s, "/a")
-	if a.Cversion != 2 || a.Pzxid != h.zxid || a.NumChildren != 1 {
-		t.Errorf("/a after two creates and a delete: %+v; want cversion 2, pzxid %d, 1 child", a, h.zxid)
+	if a.Cversion != 3 || a.Pzxid != h.zxid || a.NumChildren != 1 {
+		t.Errorf("/a after two creates and a delete: %+v; want cversion 3, pzxid %d, 1 child", a, h.zxid)
 	}
 }
 
@@ -362,8 +363,11 @@ func TestContainersAndTTL(t *testing.T) {
 	h.create(s, "/fresh", "", proto.ModeContainer)
 	h.create(s, "/c/x", "", proto.ModePersistent)
 	p, st, _, err := h.tr.CreateTTL(h.w(s), "/t", nil, proto.OpenACL, proto.ModePersistentSequentialWithTTL, 1000)
-	if p != "/t0000000002" || st.EphemeralOwner != ttlOwner|1000 || err != nil {
-		t.Fatalf("CreateTTL = %q, %+v, %v", p, st, err)
+	if p != "/t0000000002" || st.EphemeralOwner != 0 || h.tr.nodes[p].stat.EphemeralOwner != ttlOwner|1000 || err != nil {
+		t.Fatalf("CreateTTL = %q, %+v, %v; want no owner shown, TTL kept", p, st, err)
+	}
+	if st := h.stat(s, "/c"); st.EphemeralOwner != 0 {
+		t.Errorf("a container shows owner %#x", st.EphemeralOwner)
 	}
 	_, _, _, err = h.tr.CreateTTL(h.w(s), "/t2", nil, proto.OpenACL, proto.ModePersistentWithTTL, 0)
 	wantCode(t, "TTL 0", err, proto.CodeBadArguments)
