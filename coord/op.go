@@ -50,6 +50,11 @@ func (s Status) String() string {
 	return fmt.Sprintf("status(%d)", int32(s))
 }
 
+// MaxOpSize is the largest op a gateway builds: a RequestOp of the
+// largest frame a ZooKeeper client may send. The replicas'
+// bft.Config.MaxOpSize must be at least this, and MaxBatchBytes too.
+const MaxOpSize = proto.MaxPacket + 32
+
 // ErrResult is wrapped by the errors of the Parse functions: the bytes are
 // not a result of the kind asked for.
 var ErrResult = errors.New("coord: malformed result")

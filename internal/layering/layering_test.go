@@ -72,6 +72,7 @@ var layers = []layer{
 	{"zookeeper protocol", []string{"coord/proto"}, nil},
 	{"coordination tree", []string{"coord/tree"}, []string{"zookeeper protocol"}},
 	{"coordination service", []string{"coord"}, []string{"bft core", "coordination tree"}},
+	{"coordination gateway", []string{"coord/gateway"}, []string{"coordination service", "bft driver"}},
 
 	// What only tests import.
 	{"test helpers", []string{"internal/leakcheck", "internal/netns", "internal/rdmatest", "internal/layering"}, nil},

@@ -1,0 +1,152 @@
+package gateway_test
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/rubin-go/rubin"
+	"github.com/rubin-go/rubin/bft"
+	"github.com/rubin-go/rubin/bft/auth"
+	"github.com/rubin-go/rubin/bft/node"
+	"github.com/rubin-go/rubin/coord"
+	"github.com/rubin-go/rubin/coord/gateway"
+)
+
+const testTick = 2 * time.Millisecond
+
+// testCluster is four replicas of the coordination service on loopback
+// TCP, a bft client with a pool of identities, and a gateway.
+type testCluster struct {
+	t       *testing.T
+	cl      *auth.Cluster
+	mu      sync.Mutex
+	reps    []*node.Replica
+	cancels []context.CancelFunc
+	errs    []chan error
+	client  *node.Client
+	gw      *gateway.Server
+	addr    string // the gateway's
+}
+
+func newTestCluster(t *testing.T) *testCluster {
+	t.Helper()
+	const n, identities = 4, 32
+	cl, err := auth.Generate(n, identities, "127.0.0.1", 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := &testCluster{t: t, cl: cl, reps: make([]*node.Replica, n), cancels: make([]context.CancelFunc, n), errs: make([]chan error, n)}
+	lns := make([]net.Listener, n)
+	for i := range lns {
+		if lns[i], err = rubin.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		cl.Replicas[i].Addr = lns[i].Addr().String()
+	}
+	for i := range n {
+		tc.startReplica(i, lns[i])
+	}
+	t.Cleanup(tc.stop)
+
+	ids := make([]bft.ClientID, identities)
+	for i := range ids {
+		ids[i] = bft.ClientID(i)
+	}
+	tc.client, err = node.NewClient(context.Background(), node.ClientConfig{
+		Cluster: cl, IDs: ids, Network: "tcp", Tick: testTick,
+		RedialMin: 5 * time.Millisecond, RedialMax: 100 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.gw, err = gateway.New(gateway.Config{Invoker: tc.client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.addr = ln.Addr().String()
+	go tc.gw.Serve(ln)
+	return tc
+}
+
+func (tc *testCluster) startReplica(i int, ln net.Listener) {
+	r, err := node.NewReplica(node.ReplicaConfig{
+		Cluster: tc.cl, ID: bft.ReplicaID(i), Network: "tcp", Listener: ln, Tick: testTick,
+		App: coord.New(coord.Config{}),
+		Core: bft.Config{CheckpointInterval: 16, WatermarkWindow: 64, RequestTicks: 50, ViewChangeTicks: 50, FetchTicks: 10,
+			MaxOpSize: coord.MaxOpSize, MaxBatchBytes: 2 * coord.MaxOpSize},
+		RedialMin: 5 * time.Millisecond, RedialMax: 100 * time.Millisecond,
+	})
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- r.Run(ctx) }()
+	<-r.Ready()
+	tc.mu.Lock()
+	tc.reps[i], tc.cancels[i], tc.errs[i] = r, cancel, errc
+	tc.mu.Unlock()
+}
+
+// crash stops replica i.
+func (tc *testCluster) crash(i int) {
+	tc.mu.Lock()
+	cancel, errc := tc.cancels[i], tc.errs[i]
+	tc.cancels[i] = nil
+	tc.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		tc.t.Errorf("replica %d: %v", i, err)
+	}
+}
+
+func (tc *testCluster) stop() {
+	tc.gw.Close()
+	tc.client.Close()
+	for i := range tc.cancels {
+		tc.crash(i)
+	}
+}
+
+// quietLogger keeps the zk client's connection chatter out of the test
+// output.
+type quietLogger struct{}
+
+func (quietLogger) Printf(string, ...any) {}
+
+// connect opens a ZooKeeper session through the gateway and waits for it.
+func (tc *testCluster) connect(timeout time.Duration) *zk.Conn {
+	tc.t.Helper()
+	c, events, err := zk.Connect([]string{tc.addr}, timeout, zk.WithLogger(quietLogger{}))
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	tc.t.Cleanup(c.Close)
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-events:
+			if ev.State == zk.StateHasSession {
+				go func() {
+					for range events {
+					}
+				}()
+				return c
+			}
+		case <-deadline:
+			tc.t.Fatal("no session after 10s")
+		}
+	}
+}

@@ -1,0 +1,350 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rubin-go/rubin/coord"
+	"github.com/rubin-go/rubin/coord/proto"
+)
+
+// conn is one client connection and its session. Three goroutines serve
+// it: serve reads the client's frames, work runs its requests one at a
+// time, writeLoop writes what the others queue.
+type conn struct {
+	srv *Server
+	nc  net.Conn
+
+	// Set by the handshake, before the session is bound; read-only after.
+	session int64
+	timeout time.Duration
+
+	// turn is held while an op of the session is in flight, a request's
+	// or a poll's, so the session's results come in the replicas' order.
+	turn     chan struct{}
+	watching atomic.Bool  // the session may hold watches: poll it often
+	touched  atomic.Int64 // when a result last renewed it (UnixNano)
+	lastZxid atomic.Int64 // the highest zxid of a reply, for pings
+
+	done     chan struct{} // closed by kill
+	killOnce sync.Once
+	wake     chan struct{} // the writer has something to do
+
+	mu           sync.Mutex
+	cond         sync.Cond // on mu: pending changed, or dead
+	dead         bool
+	pending      [][]byte // request frames waiting for their turn
+	pendingBytes int
+	out          [][]byte // frames waiting to be written
+	outBytes     int      // their bytes, and those being written
+	closeAfter   bool     // close once out is written
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	c := &conn{srv: s, nc: nc, turn: make(chan struct{}, 1), done: make(chan struct{}), wake: make(chan struct{}, 1)}
+	c.cond.L = &c.mu
+	return c
+}
+
+// kill closes the connection; the goroutines serving it stop.
+func (c *conn) kill(why error) {
+	c.killOnce.Do(func() {
+		c.mu.Lock()
+		c.dead = true
+		c.cond.Broadcast()
+		c.mu.Unlock()
+		close(c.done)
+		c.nc.Close()
+		if why != nil {
+			c.srv.cfg.Logger.Debug("connection closed", "remote", c.nc.RemoteAddr(), "why", why)
+		}
+	})
+}
+
+func (c *conn) serve() {
+	defer c.srv.wg.Done()
+	defer c.srv.forget(c)
+	if err := c.handshake(); err != nil {
+		c.kill(err)
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); c.writeLoop() }()
+	go func() { defer wg.Done(); c.work() }()
+	c.kill(c.readLoop())
+	wg.Wait()
+}
+
+// handshake reads the client's connect request, opens or resumes its
+// session on the replicas and answers.
+func (c *conn) handshake() error {
+	cfg := &c.srv.cfg
+	c.nc.SetReadDeadline(time.Now().Add(cfg.HandshakeTimeout))
+	frame, err := proto.ReadFrame(c.nc, nil)
+	if err != nil {
+		return err
+	}
+	var req proto.ConnectRequest
+	if err := proto.Unmarshal(frame, &req); err != nil {
+		return err
+	}
+	passwd := req.Passwd
+	if req.SessionID == 0 {
+		passwd = make([]byte, 16)
+		if _, err := rand.Read(passwd); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithTimeout(c.srv.ctx, cfg.HandshakeTimeout)
+	res, err := cfg.Invoker.Invoke(ctx, coord.ConnectOp(cfg.ID, req.SessionID, passwd, req.TimeOut))
+	cancel()
+	if err != nil {
+		return err
+	}
+	r, err := coord.ParseConnectResult(res)
+	if err != nil {
+		return err
+	}
+	resp := proto.ConnectResponse{TimeOut: r.Timeout, SessionID: r.Session, Passwd: passwd, OmitReadOnly: req.OmitReadOnly}
+	if r.Status != coord.StatusOK {
+		// Session id 0 tells the client its session is gone.
+		resp = proto.ConnectResponse{Passwd: make([]byte, 16), OmitReadOnly: req.OmitReadOnly}
+	}
+	c.nc.SetWriteDeadline(time.Now().Add(cfg.WriteTimeout))
+	if err := proto.WriteFrame(c.nc, &resp); err != nil {
+		return err
+	}
+	if r.Status != coord.StatusOK {
+		return fmt.Errorf("connect to session %#x: %v", req.SessionID, r.Status)
+	}
+	c.session, c.timeout = r.Session, time.Duration(r.Timeout)*time.Millisecond
+	c.touched.Store(time.Now().UnixNano())
+	if !c.srv.bind(c) {
+		return ErrClosed
+	}
+	return nil
+}
+
+// readLoop reads the client's requests until the connection fails; it
+// answers pings itself and queues the rest for work.
+func (c *conn) readLoop() error {
+	for {
+		// A ZooKeeper server drops a client silent for its timeout.
+		c.nc.SetReadDeadline(time.Now().Add(c.timeout))
+		frame, err := proto.ReadFrame(c.nc, nil)
+		if err != nil {
+			return err
+		}
+		hdr, body, err := proto.SplitRequest(frame)
+		if err != nil {
+			return err
+		}
+		if hdr.Type == proto.OpPing {
+			b, _ := proto.AppendReply(nil, proto.ReplyHeader{Xid: hdr.Xid, Zxid: c.lastZxid.Load()}, proto.OpPing, nil)
+			c.send(b)
+			continue
+		}
+		req, err := proto.DecodeRequest(hdr.Type, body)
+		if err != nil && !errors.Is(err, proto.ErrUnknownOp) {
+			return err // the replicas answer an unknown op
+		}
+		if setsWatch(req) {
+			c.watching.Store(true)
+		}
+		if !c.push(frame) {
+			return nil
+		}
+	}
+}
+
+// setsWatch reports whether a request may leave a watch.
+func setsWatch(req proto.Record) bool {
+	switch r := req.(type) {
+	case *proto.ExistsRequest:
+		return r.Watch
+	case *proto.GetDataRequest:
+		return r.Watch
+	case *proto.GetChildrenRequest:
+		return r.Watch
+	case *proto.GetChildren2Request:
+		return r.Watch
+	case *proto.SetWatches, *proto.SetWatches2, *proto.AddWatchRequest:
+		return true
+	}
+	return false
+}
+
+// push queues a request frame, waiting while MaxPending bytes wait. It
+// returns false once the connection is dead.
+func (c *conn) push(frame []byte) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.pendingBytes >= c.srv.cfg.MaxPending && !c.dead {
+		c.cond.Wait()
+	}
+	if c.dead {
+		return false
+	}
+	c.pending = append(c.pending, frame)
+	c.pendingBytes += len(frame)
+	c.cond.Broadcast()
+	return true
+}
+
+// pop takes the next request frame, waiting for one; false once the
+// connection is dead.
+func (c *conn) pop() ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for len(c.pending) == 0 && !c.dead {
+		c.cond.Wait()
+	}
+	if c.dead {
+		return nil, false
+	}
+	frame := c.pending[0]
+	c.pending[0] = nil
+	c.pending = c.pending[1:]
+	c.pendingBytes -= len(frame)
+	c.cond.Broadcast()
+	return frame, true
+}
+
+// work runs the session's requests one at a time, in order.
+func (c *conn) work() {
+	cfg := &c.srv.cfg
+	for {
+		frame, ok := c.pop()
+		if !ok {
+			return
+		}
+		select {
+		case c.turn <- struct{}{}:
+		case <-c.done:
+			return
+		}
+		// A request in flight when the connection dies is still awaited:
+		// its result, not the client's absence, says what happened.
+		res, err := cfg.Invoker.Invoke(c.srv.ctx, coord.RequestOp(cfg.ID, c.session, frame))
+		<-c.turn
+		if err != nil {
+			c.kill(err)
+			return
+		}
+		r, err := coord.ParseRequestResult(res)
+		if err != nil {
+			c.kill(err)
+			return
+		}
+		c.touched.Store(time.Now().UnixNano())
+		c.deliver(r.Status, r.Frames)
+	}
+}
+
+// deliver writes the frames of a result and acts on its status.
+func (c *conn) deliver(st coord.Status, frames []byte) {
+	if z := maxZxid(frames); z > c.lastZxid.Load() {
+		c.lastZxid.Store(z)
+	}
+	switch st {
+	case coord.StatusOK:
+		c.send(frames)
+	case coord.StatusClose, coord.StatusExpired:
+		c.mu.Lock()
+		if !c.dead {
+			if len(frames) > 0 {
+				c.out = append(c.out, frames)
+				c.outBytes += len(frames)
+			}
+			c.closeAfter = true
+		}
+		c.mu.Unlock()
+		c.signal()
+	default:
+		c.kill(fmt.Errorf("request: %v", st))
+	}
+}
+
+// maxZxid returns the highest zxid in the reply headers of frames (events
+// carry none).
+func maxZxid(frames []byte) int64 {
+	var z int64
+	for len(frames) >= 16 {
+		n := int(binary.BigEndian.Uint32(frames))
+		if n < 12 || n > len(frames)-4 {
+			break
+		}
+		if xid := int32(binary.BigEndian.Uint32(frames[4:])); xid != proto.XidWatchEvent {
+			z = max(z, int64(binary.BigEndian.Uint64(frames[8:])))
+		}
+		frames = frames[4+n:]
+	}
+	return z
+}
+
+// send queues frames for the writer; a client that lets more than
+// MaxOutput bytes pile up is too slow and is dropped.
+func (c *conn) send(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	c.mu.Lock()
+	if c.dead {
+		c.mu.Unlock()
+		return
+	}
+	if c.outBytes+len(b) > c.srv.cfg.MaxOutput {
+		c.mu.Unlock()
+		c.kill(errors.New("client too slow: output queue full"))
+		return
+	}
+	c.out = append(c.out, b)
+	c.outBytes += len(b)
+	c.mu.Unlock()
+	c.signal()
+}
+
+func (c *conn) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// writeLoop writes the queued frames, a burst at a time.
+func (c *conn) writeLoop() {
+	for {
+		select {
+		case <-c.wake:
+		case <-c.done:
+			return
+		}
+		c.mu.Lock()
+		bufs, closeAfter := net.Buffers(c.out), c.closeAfter
+		c.out = nil
+		c.mu.Unlock()
+		if len(bufs) > 0 {
+			c.nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
+			n, err := bufs.WriteTo(c.nc)
+			if err != nil {
+				c.kill(err)
+				return
+			}
+			c.mu.Lock()
+			c.outBytes -= int(n)
+			c.mu.Unlock()
+		}
+		if closeAfter {
+			c.kill(nil)
+			return
+		}
+	}
+}

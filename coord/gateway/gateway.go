@@ -1,0 +1,281 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/rubin-go/rubin/coord"
+)
+
+// Invoker runs an op on the replicated service and returns the result f+1
+// replicas agreed on. *node.Client is one. Invoke must be safe for
+// concurrent use.
+type Invoker interface {
+	Invoke(ctx context.Context, op []byte) ([]byte, error)
+}
+
+// Config configures a Server. A zero field takes its default.
+type Config struct {
+	// Invoker reaches the replicas; required.
+	Invoker Invoker
+	// ID names the gateway in its ops: sessions belong to the gateway
+	// that last connected them. Default: random. Two gateways must not
+	// share one.
+	ID int64
+	// PollInterval is how often sessions that may hold watches are
+	// polled for their events (default 10ms).
+	PollInterval time.Duration
+	// HandshakeTimeout bounds how long a new connection may take to send
+	// its connect request (default 10s).
+	HandshakeTimeout time.Duration
+	// WriteTimeout bounds one write to a client (default 10s).
+	WriteTimeout time.Duration
+	// MaxPending bounds the bytes of a connection's requests waiting for
+	// their turn (default 4 MiB; at least one frame is always taken).
+	MaxPending int
+	// MaxOutput bounds the bytes waiting to be written to a connection
+	// (default 16 MiB); past it the connection is closed.
+	MaxOutput int
+	Logger    *slog.Logger // nil: discard
+}
+
+func (c Config) normalized() Config {
+	if c.PollInterval <= 0 {
+		c.PollInterval = 10 * time.Millisecond
+	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = 10 * time.Second
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	if c.MaxPending <= 0 {
+		c.MaxPending = 4 << 20
+	}
+	if c.MaxOutput <= 0 {
+		c.MaxOutput = 16 << 20
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// ErrClosed is returned by Serve after Close.
+var ErrClosed = errors.New("gateway: closed")
+
+// Server is a gateway: it serves ZooKeeper clients on the listeners given
+// to Serve. Its methods are safe for concurrent use.
+type Server struct {
+	cfg    Config
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu        sync.Mutex
+	closed    bool
+	listeners map[net.Listener]bool
+	conns     map[*conn]bool
+	sessions  map[int64]*conn // the connection serving each session
+}
+
+// New returns a gateway; it starts polling its sessions at once, and
+// serves clients once Serve is called.
+func New(cfg Config) (*Server, error) {
+	if cfg.Invoker == nil {
+		return nil, errors.New("gateway: Config.Invoker is nil")
+	}
+	cfg = cfg.normalized()
+	for cfg.ID == 0 {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, err
+		}
+		cfg.ID = int64(binary.BigEndian.Uint64(b[:]) >> 1)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel,
+		listeners: make(map[net.Listener]bool), conns: make(map[*conn]bool), sessions: make(map[int64]*conn)}
+	s.wg.Add(1)
+	go s.pollLoop()
+	return s, nil
+}
+
+// Serve accepts ZooKeeper clients on ln until ln fails or Close is called,
+// and closes ln. It returns ErrClosed after Close, else the error of
+// Accept.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ln.Close()
+		return ErrClosed
+	}
+	s.listeners[ln] = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, ln)
+		s.mu.Unlock()
+		ln.Close()
+	}()
+	var delay time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.ctx.Err() != nil {
+				return ErrClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				// Out of file descriptors and the like: wait and go on,
+				// as net/http does.
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				time.Sleep(delay)
+				continue
+			}
+			return err
+		}
+		delay = 0
+		c := newConn(s, nc)
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			nc.Close()
+			return ErrClosed
+		}
+		s.conns[c] = true
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go c.serve()
+	}
+}
+
+// Close stops the gateway: it closes its listeners and connections and
+// returns once every goroutine it started has exited. The sessions stay
+// on the replicas until they expire or their clients resume them through
+// another gateway. It does not close the Invoker.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	for c := range s.conns {
+		c.kill(errors.New("gateway closed"))
+	}
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+	return nil
+}
+
+// Sessions returns the number of sessions the gateway serves.
+func (s *Server) Sessions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sessions)
+}
+
+// bind makes c the connection of its session, closing the one that served
+// it before (the client reconnected before the gateway saw the old
+// connection go).
+func (s *Server) bind(c *conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	if old := s.sessions[c.session]; old != nil && old != c {
+		old.kill(errors.New("session resumed on another connection"))
+	}
+	s.sessions[c.session] = c
+	return true
+}
+
+// forget removes a connection that ended.
+func (s *Server) forget(c *conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.conns, c)
+	if c.session != 0 && s.sessions[c.session] == c {
+		delete(s.sessions, c.session)
+	}
+}
+
+// pollLoop polls the sessions, one poll at a time, every PollInterval.
+func (s *Server) pollLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.pollOnce()
+	}
+}
+
+// pollOnce polls the sessions that are due and idle: those that may hold
+// watches, and those not renewed for a third of their timeout.
+func (s *Server) pollOnce() {
+	now := time.Now()
+	var due []*conn
+	s.mu.Lock()
+	for _, c := range s.sessions {
+		if !c.watching.Load() && now.Sub(time.Unix(0, c.touched.Load())) < c.timeout/3 {
+			continue
+		}
+		select {
+		case c.turn <- struct{}{}:
+			due = append(due, c)
+		default: // a request is in flight; it renews the session
+		}
+	}
+	s.mu.Unlock()
+	if len(due) == 0 {
+		return
+	}
+	defer func() {
+		for _, c := range due {
+			<-c.turn
+		}
+	}()
+	ids := make([]int64, len(due))
+	for i, c := range due {
+		ids[i] = c.session
+	}
+	res, err := s.cfg.Invoker.Invoke(s.ctx, coord.PollOp(s.cfg.ID, ids))
+	if err != nil {
+		if s.ctx.Err() == nil {
+			s.cfg.Logger.Warn("poll failed", "err", err)
+		}
+		return
+	}
+	rs, err := coord.ParsePollResult(res)
+	if err == nil && len(rs) != len(due) {
+		err = fmt.Errorf("%d results for %d sessions", len(rs), len(due))
+	}
+	if err != nil {
+		// f+1 replicas agreed on it: the cluster runs another version.
+		s.cfg.Logger.Error("poll result", "err", err)
+		return
+	}
+	for i, r := range rs {
+		due[i].touched.Store(now.UnixNano())
+		due[i].deliver(r.Status, r.Frames)
+	}
+}

@@ -1,0 +1,346 @@
+package gateway_test
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/rubin-go/rubin/coord/proto"
+)
+
+var open = zk.WorldACL(zk.PermAll)
+
+// must, must2 and must3 return the values of a call that must succeed;
+// they panic otherwise, which fails the test with the call's stack.
+func must[A any](a A, err error) A {
+	if err != nil {
+		panic(err)
+	}
+	return a
+}
+
+func must2[A, B any](a A, b B, err error) (A, B) {
+	if err != nil {
+		panic(err)
+	}
+	return a, b
+}
+
+func must3[A, B, C any](a A, b B, c C, err error) (A, B, C) {
+	if err != nil {
+		panic(err)
+	}
+	return a, b, c
+}
+
+func waitEvent(t *testing.T, ch <-chan zk.Event, want zk.EventType, path string) {
+	t.Helper()
+	select {
+	case ev := <-ch:
+		if ev.Type != want || ev.Path != path || ev.Err != nil {
+			t.Fatalf("event %+v, want %v on %s", ev, want, path)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no %v event on %s", want, path)
+	}
+}
+
+// TestZooKeeperClient runs go-zookeeper/zk, unmodified, against four
+// replicas through a gateway: the operations, their errors, watches and
+// ephemeral nodes.
+func TestZooKeeperClient(t *testing.T) {
+	tc := newTestCluster(t)
+	a := tc.connect(10 * time.Second)
+	b := tc.connect(10 * time.Second)
+
+	t.Run("crud", func(t *testing.T) {
+		if p := must(a.Create("/crud", []byte("v0"), 0, open)); p != "/crud" {
+			t.Fatalf("create: %q", p)
+		}
+		if _, err := a.Create("/crud", nil, 0, open); !errors.Is(err, zk.ErrNodeExists) {
+			t.Fatalf("second create: %v", err)
+		}
+		data, st, err := b.Get("/crud")
+		if err != nil || string(data) != "v0" || st.Version != 0 {
+			t.Fatalf("get: %q %+v %v", data, st, err)
+		}
+		st = must(a.Set("/crud", []byte("v1"), 0))
+		if st.Version != 1 || st.Mzxid <= st.Czxid || st.Mtime < st.Ctime {
+			t.Fatalf("set stat %+v", st)
+		}
+		if _, err := b.Set("/crud", []byte("v2"), 0); !errors.Is(err, zk.ErrBadVersion) {
+			t.Fatalf("stale set: %v", err)
+		}
+		for _, kid := range []string{"x", "y", "z"} {
+			must(a.Create("/crud/"+kid, nil, 0, open))
+		}
+		kids, st := must2(b.Children("/crud"))
+		slices.Sort(kids)
+		if !slices.Equal(kids, []string{"x", "y", "z"}) || st.NumChildren != 3 {
+			t.Fatalf("children %v %+v", kids, st)
+		}
+		if err := a.Delete("/crud", -1); !errors.Is(err, zk.ErrNotEmpty) {
+			t.Fatalf("delete of a parent: %v", err)
+		}
+		if err := a.Delete("/crud/x", 5); !errors.Is(err, zk.ErrBadVersion) {
+			t.Fatalf("delete with a wrong version: %v", err)
+		}
+		if _, err := b.Create("/nosuch/kid", nil, 0, open); !errors.Is(err, zk.ErrNoNode) {
+			t.Fatalf("create under nothing: %v", err)
+		}
+		if ok, _, err := b.Exists("/crud/x"); !ok || err != nil {
+			t.Fatalf("exists: %v %v", ok, err)
+		}
+		if p := must(b.Sync("/crud")); p != "/crud" {
+			t.Fatalf("sync: %q", p)
+		}
+	})
+
+	t.Run("multi", func(t *testing.T) {
+		_, err := a.Multi(
+			&zk.CreateRequest{Path: "/multi", Acl: open},
+			&zk.CheckVersionRequest{Path: "/crud", Version: 99},
+		)
+		if !errors.Is(err, zk.ErrBadVersion) {
+			t.Fatalf("failing multi: %v", err)
+		}
+		if ok, _, _ := a.Exists("/multi"); ok {
+			t.Fatal("a failed multi left its create")
+		}
+		res, err := a.Multi(
+			&zk.CreateRequest{Path: "/multi", Data: []byte("m"), Acl: open},
+			&zk.SetDataRequest{Path: "/crud", Data: []byte("m"), Version: -1},
+			&zk.DeleteRequest{Path: "/crud/y", Version: -1},
+		)
+		if err != nil || len(res) != 3 || res[0].String != "/multi" || res[1].Stat == nil {
+			t.Fatalf("multi: %+v %v", res, err)
+		}
+	})
+
+	t.Run("sequential", func(t *testing.T) {
+		must(a.Create("/seq", nil, 0, open))
+		var names []string
+		for i := range 6 {
+			c := a
+			if i%2 == 1 {
+				c = b
+			}
+			names = append(names, must(c.Create("/seq/n-", nil, zk.FlagSequence, open)))
+		}
+		for i, n := range names {
+			if want := fmt.Sprintf("/seq/n-%010d", i); n != want {
+				t.Fatalf("sequential name %d: %q, want %q", i, n, want)
+			}
+		}
+	})
+
+	t.Run("watches", func(t *testing.T) {
+		must(a.Create("/w", []byte("0"), 0, open))
+		_, _, data := must3(b.GetW("/w"))
+		_, _, kids := must3(b.ChildrenW("/w"))
+		_, _, exist := must3(b.ExistsW("/w/new"))
+		must(a.Set("/w", []byte("1"), -1))
+		waitEvent(t, data, zk.EventNodeDataChanged, "/w")
+		must(a.Create("/w/new", nil, 0, open))
+		waitEvent(t, exist, zk.EventNodeCreated, "/w/new")
+		waitEvent(t, kids, zk.EventNodeChildrenChanged, "/w")
+		// One-shot: a second change fires nothing on the used watch, and a
+		// new watch fires once.
+		_, _, data = must3(b.GetW("/w"))
+		must(a.Set("/w", []byte("2"), -1))
+		must(a.Set("/w", []byte("3"), -1))
+		waitEvent(t, data, zk.EventNodeDataChanged, "/w")
+		select {
+		case ev, ok := <-data:
+			if ok {
+				t.Fatalf("a one-shot watch fired again: %+v", ev)
+			}
+		case <-time.After(100 * time.Millisecond):
+		}
+		// A client's own change fires its watch before it gets the reply.
+		_, _, own := must3(a.GetW("/w"))
+		must(a.Set("/w", []byte("4"), -1))
+		select {
+		case ev := <-own:
+			if ev.Type != zk.EventNodeDataChanged {
+				t.Fatalf("own watch: %+v", ev)
+			}
+		default:
+			t.Fatal("the reply came before the event of the client's own watch")
+		}
+	})
+
+	t.Run("acl", func(t *testing.T) {
+		if err := a.AddAuth("digest", []byte("alice:secret")); err != nil {
+			t.Fatal(err)
+		}
+		must(a.Create("/private", []byte("p"), 0, zk.DigestACL(zk.PermAll, "alice", "secret")))
+		if _, _, err := b.Get("/private"); !errors.Is(err, zk.ErrNoAuth) {
+			t.Fatalf("get without auth: %v", err)
+		}
+		if _, err := b.Set("/private", nil, -1); !errors.Is(err, zk.ErrNoAuth) {
+			t.Fatalf("set without auth: %v", err)
+		}
+		if data, _ := must2(a.Get("/private")); string(data) != "p" {
+			t.Fatalf("get with auth: %q", data)
+		}
+		if _, _, err := b.GetACL("/private"); !errors.Is(err, zk.ErrNoAuth) {
+			t.Fatalf("getACL without auth: %v", err)
+		}
+		acl, _ := must2(a.GetACL("/private"))
+		if len(acl) != 1 || acl[0].Scheme != "digest" {
+			t.Fatalf("acl %+v", acl)
+		}
+		c := tc.connect(10 * time.Second)
+		if err := c.AddAuth("digest", []byte("alice:secret")); err != nil {
+			t.Fatal(err)
+		}
+		must(c.Set("/private", []byte("q"), -1))
+	})
+
+	t.Run("ephemeral", func(t *testing.T) {
+		c := tc.connect(10 * time.Second)
+		must(c.Create("/eph", nil, zk.FlagEphemeral, open))
+		_, _, gone := must3(a.ExistsW("/eph"))
+		if _, err := c.Create("/eph/kid", nil, 0, open); !errors.Is(err, zk.ErrNoChildrenForEphemerals) {
+			t.Fatalf("child of an ephemeral: %v", err)
+		}
+		c.Close()
+		waitEvent(t, gone, zk.EventNodeDeleted, "/eph")
+		if ok, _, _ := a.Exists("/eph"); ok {
+			t.Fatal("an ephemeral node outlived its session's close")
+		}
+	})
+}
+
+// TestLockRecipe runs go-zookeeper/zk's lock (ephemeral sequential nodes,
+// each watching its predecessor) in several clients that each increment a
+// counter under the lock without a version check: a lost update means two
+// held the lock at once. The primary crashes midway; the clients carry on
+// through the view change.
+func TestLockRecipe(t *testing.T) {
+	tc := newTestCluster(t)
+	setup := tc.connect(10 * time.Second)
+	must(setup.Create("/counter", []byte("0"), 0, open))
+	const clients, rounds = 4, 10
+	var wg sync.WaitGroup
+	var done sync.WaitGroup
+	done.Add(clients * rounds / 2)
+	errs := make(chan error, clients)
+	for i := range clients {
+		c := tc.connect(10 * time.Second)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lock := zk.NewLock(c, "/lock", open)
+			for r := range rounds {
+				if err := increment(c, lock); err != nil {
+					errs <- fmt.Errorf("client %d round %d: %w", i, r, err)
+					return
+				}
+				if r < rounds/2 {
+					done.Done()
+				}
+			}
+		}()
+	}
+	done.Wait()
+	tc.crash(0) // the primary of view 0
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	data, _ := must2(setup.Get("/counter"))
+	if n, _ := strconv.Atoi(string(data)); n != clients*rounds {
+		t.Fatalf("counter %s, want %d", data, clients*rounds)
+	}
+	if kids, _ := must2(setup.Children("/lock")); len(kids) != 0 {
+		t.Fatalf("lock nodes left: %v", kids)
+	}
+	if v := tc.reps[1].Status().View; v == 0 {
+		t.Fatal("no view change after the primary crashed")
+	}
+}
+
+func increment(c *zk.Conn, lock *zk.Lock) error {
+	if err := lock.Lock(); err != nil {
+		return err
+	}
+	data, _, err := c.Get("/counter")
+	if err == nil {
+		n, _ := strconv.Atoi(string(data))
+		_, err = c.Set("/counter", []byte(strconv.Itoa(n+1)), -1)
+	}
+	if uerr := lock.Unlock(); err == nil {
+		err = uerr
+	}
+	return err
+}
+
+// TestBadClients checks that clients that break the protocol lose their
+// connection and nobody else's, and that a session whose client vanishes
+// expires with its ephemeral nodes.
+func TestBadClients(t *testing.T) {
+	tc := newTestCluster(t)
+	good := tc.connect(10 * time.Second)
+
+	for name, bytes := range map[string][]byte{
+		"huge frame":     {0x7f, 0xff, 0xff, 0xff},
+		"garbage":        {0, 0, 0, 3, 1, 2, 3},
+		"negative frame": {0xff, 0xff, 0xff, 0xff},
+	} {
+		nc, err := net.Dial("tcp", tc.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc.Write(bytes)
+		nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		var ne net.Error
+		if _, err := nc.Read(make([]byte, 1)); err == nil || errors.As(err, &ne) && ne.Timeout() {
+			t.Errorf("%s: connection not closed: %v", name, err)
+		}
+		nc.Close()
+	}
+
+	// A session whose client vanishes without closing it expires with
+	// its ephemeral nodes after its timeout.
+	nc, err := net.Dial("tcp", tc.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proto.WriteFrame(nc, &proto.ConnectRequest{TimeOut: 4000, Passwd: make([]byte, 16)}); err != nil {
+		t.Fatal(err)
+	}
+	frame, err := proto.ReadFrame(nc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp proto.ConnectResponse
+	if err := proto.Unmarshal(frame, &resp); err != nil || resp.SessionID == 0 || resp.TimeOut != 4000 {
+		t.Fatalf("handshake: %+v %v", resp, err)
+	}
+	// An ephemeral node, then the client vanishes.
+	if err := proto.WriteFrame(nc, &proto.RequestHeader{Xid: 1, Type: proto.OpCreate},
+		&proto.CreateRequest{Path: "/vanish", ACL: proto.OpenACL, Flags: proto.ModeEphemeral}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := proto.ReadFrame(nc, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, _, gone := must3(good.ExistsW("/vanish"))
+	start := time.Now()
+	nc.Close()
+	waitEvent(t, gone, zk.EventNodeDeleted, "/vanish")
+	if d := time.Since(start); d < 3*time.Second {
+		t.Fatalf("the session expired after %v, before its 4s timeout", d)
+	}
+	must(good.Create("/still-working", nil, 0, open))
+}
