@@ -50,6 +50,7 @@ type Transport struct {
 	msgsIn, msgsOut, bytesIn, bytesOut atomic.Uint64
 	opened, closedConns, protoErrs     atomic.Uint64
 	widenings                          atomic.Uint64 // receive windows widened, for tests
+	asyncEvents                        atomic.Uint64 // devices' asynchronous events read
 	rejects                            atomic.Uint64 // connect requests our listeners turned down
 	lastReject                         atomic.Pointer[error]
 }
@@ -101,6 +102,12 @@ func New(cfg Config) (*Transport, error) {
 	}
 	t.home, err = selector.New(selector.Config{SpinBudget: cfg.SpinBudget})
 	if err != nil {
+		t.pool.Close()
+		t.releaseDevices()
+		return nil, err
+	}
+	if err := t.watchAsyncEvents(); err != nil {
+		t.home.Close()
 		t.pool.Close()
 		t.releaseDevices()
 		return nil, err

@@ -238,3 +238,33 @@ uint32_t rv_mr_lkey(struct ibv_mr *mr) { return mr->lkey; }
 struct ibv_context *rv_dev_at(struct ibv_context **l, int i) { return l[i]; }
 int rv_ch_fd(struct ibv_comp_channel *ch) { return ch->fd; }
 int rv_cm_fd(struct rdma_event_channel *ch) { return ch->fd; }
+
+int rv_async_fd(struct ibv_context *ctx) { return ctx->async_fd; }
+
+// rv_get_async_event takes one asynchronous event of a device whose async_fd
+// is non-blocking, reports its type and, for an event of a queue pair, the
+// queue pair's number (else 0), and acknowledges it. It returns -EAGAIN if
+// there is none.
+int rv_get_async_event(struct ibv_context *ctx, int32_t *type, uint32_t *qp_num) {
+	struct ibv_async_event ev;
+	if (ibv_get_async_event(ctx, &ev))
+		return -errno;
+	*type = ev.event_type;
+	*qp_num = 0;
+	switch (ev.event_type) {
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_COMM_EST:
+	case IBV_EVENT_SQ_DRAINED:
+	case IBV_EVENT_PATH_MIG:
+	case IBV_EVENT_PATH_MIG_ERR:
+	case IBV_EVENT_QP_LAST_WQE_REACHED:
+		*qp_num = ev.element.qp->qp_num;
+		break;
+	default:
+		break;
+	}
+	ibv_ack_async_event(&ev);
+	return 0;
+}

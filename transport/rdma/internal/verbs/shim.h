@@ -82,5 +82,7 @@ uint32_t rv_mr_lkey(struct ibv_mr *mr);
 struct ibv_context *rv_dev_at(struct ibv_context **l, int i);
 int rv_ch_fd(struct ibv_comp_channel *ch);
 int rv_cm_fd(struct rdma_event_channel *ch);
+int rv_async_fd(struct ibv_context *ctx);
+int rv_get_async_event(struct ibv_context *ctx, int32_t *type, uint32_t *qp_num);
 
 #endif

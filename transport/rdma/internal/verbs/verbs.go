@@ -361,6 +361,56 @@ type Event struct {
 	Private  []byte
 }
 
+// AsyncEventType is the type of a device's asynchronous event.
+type AsyncEventType int32
+
+// The asynchronous events the transport acts on.
+const (
+	QPFatal        AsyncEventType = C.IBV_EVENT_QP_FATAL
+	QPReqErr       AsyncEventType = C.IBV_EVENT_QP_REQ_ERR
+	QPAccessErr    AsyncEventType = C.IBV_EVENT_QP_ACCESS_ERR
+	PathMigErr     AsyncEventType = C.IBV_EVENT_PATH_MIG_ERR
+	CQErr          AsyncEventType = C.IBV_EVENT_CQ_ERR
+	SRQErr         AsyncEventType = C.IBV_EVENT_SRQ_ERR
+	PortErr        AsyncEventType = C.IBV_EVENT_PORT_ERR
+	DeviceFatal    AsyncEventType = C.IBV_EVENT_DEVICE_FATAL
+	LastWQEReached AsyncEventType = C.IBV_EVENT_QP_LAST_WQE_REACHED
+)
+
+func (t AsyncEventType) String() string {
+	return C.GoString(C.ibv_event_type_str(C.enum_ibv_event_type(t)))
+}
+
+// An AsyncEvent is a device's asynchronous event, already acknowledged.
+type AsyncEvent struct {
+	Type  AsyncEventType
+	QPNum uint32 // the queue pair's number, for events of a queue pair
+}
+
+// WatchAsyncEvents makes the device's asynchronous event descriptor
+// non-blocking and returns it; it is readable when an event is pending.
+func (c Context) WatchAsyncEvents() (int, error) {
+	fd := C.rv_async_fd(c.p)
+	if err := call("fcntl", C.rv_set_nonblock(fd)); err != nil {
+		return -1, err
+	}
+	return int(fd), nil
+}
+
+// AsyncEvent takes the device's next asynchronous event without waiting;
+// ErrNoEvent if there is none.
+func (c Context) AsyncEvent() (AsyncEvent, error) {
+	var typ C.int32_t
+	var qpn C.uint32_t
+	if rc := C.rv_get_async_event(c.p, &typ, &qpn); rc < 0 {
+		if syscall.Errno(-rc) == syscall.EAGAIN {
+			return AsyncEvent{}, ErrNoEvent
+		}
+		return AsyncEvent{}, call("ibv_get_async_event", rc)
+	}
+	return AsyncEvent{Type: AsyncEventType(typ), QPNum: uint32(qpn)}, nil
+}
+
 // ErrNoEvent is returned by Get when no event is pending.
 var ErrNoEvent = errors.New("no event pending")
 
