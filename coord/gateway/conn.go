@@ -159,10 +159,26 @@ func (c *conn) readLoop() error {
 		if setsWatch(req) {
 			c.watching.Store(true)
 		}
+		if a, ok := req.(*proto.AuthPacket); ok && a.Scheme == "ip" {
+			// The replicas take an ip identity as vouched for: the
+			// gateway vouches for the address the client connects from,
+			// whatever it claims, as ZooKeeper's ip provider does.
+			a.Auth = []byte(remoteHost(c.nc))
+			frame = proto.Marshal(proto.Marshal(nil, &hdr), a)
+		}
 		if !c.push(frame) {
 			return nil
 		}
 	}
+}
+
+// remoteHost is the address of the client's host.
+func remoteHost(nc net.Conn) string {
+	addr := nc.RemoteAddr().String()
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
+	}
+	return addr
 }
 
 // setsWatch reports whether a request may leave a watch.

@@ -203,6 +203,21 @@ func TestZooKeeperClient(t *testing.T) {
 			t.Fatal(err)
 		}
 		must(c.Set("/private", []byte("q"), -1))
+
+		// An ip identity is the address the client connects from, not
+		// the one it claims.
+		must(a.Create("/local", nil, 0, []zk.ACL{{Perms: zk.PermRead, Scheme: "ip", ID: "127.0.0.0/8"}}))
+		must(a.Create("/remote", nil, 0, []zk.ACL{{Perms: zk.PermRead, Scheme: "ip", ID: "10.9.9.9"}}))
+		d := tc.connect(10 * time.Second)
+		if err := d.AddAuth("ip", []byte("10.9.9.9")); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := d.Get("/local"); err != nil {
+			t.Fatalf("get of an ip-ACL node from its address: %v", err)
+		}
+		if _, _, err := d.Get("/remote"); !errors.Is(err, zk.ErrNoAuth) {
+			t.Fatalf("get of an ip-ACL node from another address: %v", err)
+		}
 	})
 
 	t.Run("ephemeral", func(t *testing.T) {
