@@ -81,8 +81,8 @@ var layers = []layer{
 
 	// Programs on top.
 	{"measuring", []string{"internal/stats", "benchmarks/internal/benchkit"}, nil},
-	{"commands", []string{"cmd/echo", "cmd/bft", "benchmarks", "benchmarks/echobench", "benchmarks/rdmabench", "benchmarks/bftbench"},
-		[]string{"metrics", "rdma transport", "bft driver", "bft services", "measuring"}},
+	{"commands", []string{"cmd/echo", "cmd/bft", "cmd/coord", "benchmarks", "benchmarks/echobench", "benchmarks/rdmabench", "benchmarks/bftbench"},
+		[]string{"metrics", "rdma transport", "bft driver", "bft services", "coordination gateway", "measuring"}},
 }
 
 // A listed is one package of the module as go list reports it.

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/rubin-go/rubin/bft/auth"
+)
+
+func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	code = run(ctx, args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{},
+		{"nosuch"},
+		{"keygen", "-n", "5"},
+		{"keygen", "-clients", "0"},
+		{"keygen", "extra"},
+		{"replica", "-cluster", "/nonexistent/cluster.json", "-id", "0", "-transport", "udp"},
+		{"gateway", "-nosuchflag"},
+	} {
+		if code, _, stderr := runCmd(t, args...); code != exitUsage {
+			t.Errorf("coord %s: exit status %d, want %d; stderr:\n%s", strings.Join(args, " "), code, exitUsage, stderr)
+		}
+	}
+}
+
+// syncBuffer is a buffer a command writes while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// freePort returns a TCP port on loopback that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// TestCommands runs keygen, four replicas and a gateway as the commands,
+// in this process, and a ZooKeeper client through the gateway.
+func TestCommands(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "cluster.json")
+	if code, _, stderr := runCmd(t, "keygen", "-n", "4", "-clients", "8", "-base-port", "7100", "-out", file); code != exitOK {
+		t.Fatalf("keygen: %d\n%s", code, stderr)
+	}
+	c, err := auth.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.N() != 4 || len(c.Clients) != 8 || c.Replicas[3].Addr != "127.0.0.1:7103" {
+		t.Fatalf("cluster: %d replicas, %d clients, %s", c.N(), len(c.Clients), c.Replicas[3].Addr)
+	}
+	// The test's own ports, free ones.
+	for i := range c.Replicas {
+		c.Replicas[i].Addr = "127.0.0.1:" + strconv.Itoa(freePort(t))
+	}
+	if err := c.Save(file); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	start := func(args ...string) *syncBuffer {
+		out := new(syncBuffer)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var stderr syncBuffer
+			if code := run(ctx, args, out, &stderr); code != exitOK {
+				t.Errorf("coord %s: exit status %d\n%s", strings.Join(args, " "), code, stderr.String())
+			}
+		}()
+		return out
+	}
+	for i := range c.Replicas {
+		start("replica", "-id", strconv.Itoa(i), "-cluster", file, "-data-dir", filepath.Join(dir, "r"+strconv.Itoa(i)), "-transport", "tcp")
+	}
+	out := start("gateway", "-cluster", file, "-listen", "127.0.0.1:0", "-ids", "0-3", "-transport", "tcp")
+	announce := regexp.MustCompile(`gateway listening on (\S+)\n`)
+	var addr string
+	for deadline := time.Now().Add(10 * time.Second); addr == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if m := announce.FindStringSubmatch(out.String()); m != nil {
+			addr = m[1]
+		}
+	}
+	if addr == "" {
+		t.Fatalf("no announcement from the gateway: %q", out.String())
+	}
+
+	zc, _, err := zk.Connect([]string{addr}, 10*time.Second, zk.WithLogger(quietLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zc.Close()
+	if _, err := zc.Create("/hello", []byte("world"), zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	if data, _, err := zc.Get("/hello"); err != nil || string(data) != "world" {
+		t.Fatalf("get: %q %v", data, err)
+	}
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(string, ...any) {}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/rubin-go/rubin/bft"
+	"github.com/rubin-go/rubin/bft/auth"
+	"github.com/rubin-go/rubin/bft/node"
+	"github.com/rubin-go/rubin/coord/gateway"
+)
+
+func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var cf clusterFlags
+	var listen, ids string
+	err := parseFlags("gateway", args, stderr, func(fs *flag.FlagSet) {
+		cf.register(fs)
+		fs.StringVar(&listen, "listen", "127.0.0.1:2181", "serve ZooKeeper clients on `host:port` (TCP)")
+		fs.StringVar(&ids, "ids", "", "the client identities to use, `first-last` (default: every client of the cluster file)")
+	})
+	if err != nil {
+		return err
+	}
+	c, err := cf.load()
+	if err != nil {
+		return err
+	}
+	pool, err := identities(c, ids)
+	if err != nil {
+		return err
+	}
+	logger := cf.logger(stderr).With("gateway", listen)
+	client, err := node.NewClient(ctx, node.ClientConfig{Cluster: c, IDs: pool, Transport: &cf.transport, Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	gw, err := gateway.New(gateway.Config{Invoker: client, Logger: logger})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		gw.Close()
+		return err
+	}
+	fmt.Fprintf(stdout, "gateway listening on %s\n", ln.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- gw.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+		gw.Close()
+		<-errc
+		return nil
+	case err := <-errc:
+		gw.Close()
+		return err
+	}
+}
+
+// identities parses -ids, "first-last", into the client identities of c
+// it names; "" names them all.
+func identities(c *auth.Cluster, spec string) ([]bft.ClientID, error) {
+	var all []bft.ClientID
+	for _, cl := range c.Clients {
+		all = append(all, cl.ID)
+	}
+	slices.Sort(all)
+	if spec == "" {
+		if len(all) == 0 {
+			return nil, fmt.Errorf("%w: the cluster file has no clients", errUsage)
+		}
+		return all, nil
+	}
+	lo, hi, ok := strings.Cut(spec, "-")
+	first, err1 := strconv.ParseUint(lo, 10, 32)
+	last, err2 := strconv.ParseUint(hi, 10, 32)
+	if !ok || err1 != nil || err2 != nil || first > last {
+		return nil, fmt.Errorf("%w: -ids %q is not first-last", errUsage, spec)
+	}
+	var pool []bft.ClientID
+	for _, id := range all {
+		if uint64(id) >= first && uint64(id) <= last {
+			pool = append(pool, id)
+		}
+	}
+	if len(pool) != int(last-first+1) {
+		return nil, fmt.Errorf("%w: -ids %s: the cluster file has %d of those clients", errUsage, spec, len(pool))
+	}
+	return pool, nil
+}

@@ -1,0 +1,128 @@
+// Command coord runs the coordination service: replicas of a
+// ZooKeeper-compatible tree replicated by PBFT, and gateways that
+// unmodified ZooKeeper clients connect to.
+//
+// Usage:
+//
+//	coord keygen -n 4 -base-port 7100 -out cluster.json [-clients 64] [-host 127.0.0.1]
+//	coord replica -id I -cluster cluster.json [-data-dir DIR] [-transport tcp|rdma] [-v]
+//	coord gateway -cluster cluster.json -listen HOST:PORT [-ids FIRST-LAST] [-transport tcp|rdma] [-v]
+//
+// keygen writes a cluster file as bft keygen does: every replica's
+// address and keys, and the keys of the client identities gateways use.
+//
+// replica runs replica I of the cluster until interrupted; once it listens
+// it prints "replica I listening on ADDR". With -data-dir it persists its
+// log and snapshots there and recovers from them when restarted.
+//
+// gateway serves ZooKeeper's client protocol on -listen (TCP, whatever
+// -transport is: that is how ZooKeeper clients connect) and reaches the
+// replicas over -transport. It prints "gateway listening on ADDR" once it
+// accepts. Each request in flight takes one client identity of -ids
+// (default: every client of the cluster file); gateways running at once
+// must be given ranges that do not overlap.
+//
+// Every command that joins a cluster takes rubin.Config's flags:
+// -transport, -spin, -max-message-size and -pollers.
+//
+// Exit status: 2 for bad arguments, 1 for a failure at run time.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	_ "github.com/rubin-go/rubin/transport/rdma" // the rdma network
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Exit statuses.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+const usageText = `usage:
+  coord keygen -n 4 -base-port 7100 -out cluster.json [-clients 64] [-host 127.0.0.1]
+  coord replica -id I -cluster cluster.json [-data-dir DIR] [-transport tcp|rdma] [-v]
+  coord gateway -cluster cluster.json -listen HOST:PORT [-ids FIRST-LAST] [-transport tcp|rdma] [-v]
+`
+
+// errUsage marks an error in the command line.
+var errUsage = errors.New("usage")
+
+// errReported marks a usage error that the flag package has already
+// printed.
+var errReported = fmt.Errorf("%w (reported)", errUsage)
+
+var commands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
+	"keygen":  runKeygen,
+	"replica": runReplica,
+	"gateway": runGateway,
+}
+
+// run runs the command with the given arguments (without the program
+// name) and returns its exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usageText)
+		return exitUsage
+	}
+	var err error
+	switch cmd, ok := commands[args[0]]; {
+	case ok:
+		err = cmd(ctx, args[1:], stdout, stderr)
+	case args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help":
+		fmt.Fprint(stdout, usageText)
+		return exitOK
+	default:
+		err = fmt.Errorf("%w: unknown command %q", errUsage, args[0])
+	}
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.Is(err, errReported):
+		return exitUsage
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "coord: %v\n%s", err, usageText)
+		return exitUsage
+	default:
+		fmt.Fprintf(stderr, "coord: %v\n", err)
+		return exitFailure
+	}
+}
+
+// parseFlags makes a flag set for the subcommand, lets define add its
+// flags, and parses args, which must have no positional arguments.
+func parseFlags(name string, args []string, stderr io.Writer, define func(fs *flag.FlagSet)) error {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usageText, "\nflags of coord "+name+":\n")
+		fs.PrintDefaults()
+	}
+	define(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", errReported, err)
+	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("%w: coord %s takes no arguments after its flags, got %q", errUsage, name, fs.Args())
+	}
+	return nil
+}

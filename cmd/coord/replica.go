@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/rubin-go/rubin"
+	"github.com/rubin-go/rubin/bft"
+	"github.com/rubin-go/rubin/bft/auth"
+	"github.com/rubin-go/rubin/bft/node"
+	"github.com/rubin-go/rubin/coord"
+)
+
+// clusterFlags are the flags of the commands that join a cluster: the
+// cluster file, the transport (rubin.Config's flags) and -v.
+type clusterFlags struct {
+	path      string
+	transport rubin.Config
+	verbose   bool
+}
+
+func (c *clusterFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.path, "cluster", "cluster.json", "the cluster file, as coord keygen writes it")
+	fs.BoolVar(&c.verbose, "v", false, "log at debug level")
+	c.transport.RegisterFlags(fs)
+}
+
+// load reads the cluster file and checks the transport's name.
+func (c *clusterFlags) load() (*auth.Cluster, error) {
+	if t := c.transport.Transport; t != "tcp" && t != "rdma" {
+		return nil, fmt.Errorf("%w: -transport %q is neither tcp nor rdma", errUsage, t)
+	}
+	return auth.Load(c.path)
+}
+
+func (c *clusterFlags) logger(w io.Writer) *slog.Logger {
+	level := slog.LevelInfo
+	if c.verbose {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+// coreConfig is the replicas' protocol tuning: the defaults, with room
+// for the largest request a ZooKeeper client may send.
+func coreConfig() bft.Config {
+	return bft.Config{MaxOpSize: coord.MaxOpSize, MaxBatchBytes: 2 * coord.MaxOpSize}
+}
+
+func runReplica(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var cf clusterFlags
+	var id int
+	var dataDir string
+	err := parseFlags("replica", args, stderr, func(fs *flag.FlagSet) {
+		cf.register(fs)
+		fs.IntVar(&id, "id", -1, "this replica's index in the cluster file")
+		fs.StringVar(&dataDir, "data-dir", "", "persist the log and snapshots in `dir` and recover from it at start; without it the replica keeps everything in memory")
+	})
+	if err != nil {
+		return err
+	}
+	c, err := cf.load()
+	if err != nil {
+		return err
+	}
+	if id < 0 || id >= len(c.Replicas) {
+		return fmt.Errorf("%w: -id %d is not a replica of %s (0 to %d)", errUsage, id, cf.path, len(c.Replicas)-1)
+	}
+	r, err := node.NewReplica(node.ReplicaConfig{
+		Cluster:   c,
+		ID:        bft.ReplicaID(id),
+		Transport: &cf.transport,
+		App:       coord.New(coord.Config{}),
+		Core:      coreConfig(),
+		Logger:    cf.logger(stderr).With("replica", id),
+		DataDir:   dataDir,
+	})
+	if err != nil {
+		return err
+	}
+	go func() {
+		select {
+		case <-r.Ready():
+			fmt.Fprintf(stdout, "replica %d listening on %s\n", id, r.Addr())
+		case <-ctx.Done():
+		}
+	}()
+	return r.Run(ctx)
+}
