@@ -20,7 +20,8 @@ import (
 // The test here runs one scenario against a Tree and against a real
 // Apache ZooKeeper server, through go-zookeeper/zk, and compares what
 // each answers: results, error codes, Stats (zxids and times only as
-// relations, which differ) and watch events. It needs the Debian package
+// relations, which differ) and watch events. The server runs with TTL
+// nodes enabled, the tree with Config.ExtendedTypes. It needs the Debian package
 // zookeeper (and Java), and skips without it.
 
 // A side is one of the two: it runs an operation as one of the
@@ -28,6 +29,7 @@ import (
 type side interface {
 	open(i int)
 	create(i int, p, data string, mode proto.CreateMode, acl []proto.ACL) string
+	createTTL(i int, p string, mode proto.CreateMode, ttl int64) string
 	del(i int, p string, v int32) string
 	set(i int, p, data string, v int32) string
 	get(i int, p string, w bool) string
@@ -82,6 +84,14 @@ func (t *treeSide) create(i int, p, data string, mode proto.CreateMode, acl []pr
 		return codeStr(err)
 	}
 	_ = st
+	return r
+}
+func (t *treeSide) createTTL(i int, p string, mode proto.CreateMode, ttl int64) string {
+	r, _, evs, err := t.h.tr.CreateTTL(t.h.w(t.ids[i]), p, nil, proto.OpenACL, mode, ttl)
+	t.evs = append(t.evs, evs...)
+	if err != nil {
+		return codeStr(err)
+	}
 	return r
 }
 func (t *treeSide) del(i int, p string, v int32) string {
@@ -226,6 +236,13 @@ func (z *zkSide) create(i int, p, data string, mode proto.CreateMode, acl []prot
 	} else {
 		r, err = z.conns[i].Create(p, []byte(data), int32(mode), toZKACL(acl))
 	}
+	if err != nil {
+		return zkCode(err)
+	}
+	return r
+}
+func (z *zkSide) createTTL(i int, p string, mode proto.CreateMode, ttl int64) string {
+	r, err := z.conns[i].CreateTTL(p, nil, int32(mode), toZKACL(proto.OpenACL), time.Duration(ttl)*time.Millisecond)
 	if err != nil {
 		return zkCode(err)
 	}
@@ -489,6 +506,13 @@ func scenario(s side) []string {
 	o(s.create(2, "/mm/q0000000000/x", "", 0, open))
 	o(s.set(2, "/mm/q0000000000", "x", 0))
 	o(s.exists(3, "/", false))
+	// TTL nodes
+	o(s.createTTL(2, "/ttl", proto.ModePersistentWithTTL, 0))
+	o(s.createTTL(2, "/ttl", proto.ModePersistentWithTTL, 1<<40))
+	o(s.createTTL(2, "/ttl", proto.ModePersistentWithTTL, 5000))
+	o(s.createTTL(2, "/ttl-", proto.ModePersistentSequentialWithTTL, 5000))
+	o(s.exists(2, "/ttl", false))
+	o(s.create(2, "/ttl/c", "", 0, open))
 	return out
 }
 
@@ -501,7 +525,7 @@ func TestAgainstZooKeeper(t *testing.T) {
 		}
 	})
 	want := scenario(server)
-	got := scenario(&treeSide{h: newHarness(t, Config{}), ids: map[int]int64{}, owners: map[int64]int{}})
+	got := scenario(&treeSide{h: newHarness(t, Config{ExtendedTypes: true}), ids: map[int]int64{}, owners: map[int64]int{}})
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("step %d:\n  tree:      %s\n  ZooKeeper: %s", i, got[i], want[i])
@@ -539,7 +563,7 @@ func startZooKeeper(t *testing.T) string {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(script, "start-foreground", cfg)
-	cmd.Env = append(os.Environ(), "ZOO_LOG_DIR="+dir, "SERVER_JVMFLAGS=-Xmx256m")
+	cmd.Env = append(os.Environ(), "ZOO_LOG_DIR="+dir, "SERVER_JVMFLAGS=-Xmx256m -Dzookeeper.extendedTypesEnabled=true")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
