@@ -168,7 +168,11 @@ func (a *App) connect(o op, now int64) ConnectResult {
 	if err != nil {
 		return ConnectResult{Status: StatusExpired}
 	}
-	s.gateway = o.gateway
+	// The events not yet delivered went to a connection that is gone. As
+	// in ZooKeeper, whose watches live with the connection, the client
+	// sends its watches again (setWatches), and those whose node changed
+	// since the last zxid it saw fire then: queued, they would fire twice.
+	s.gateway, s.events, s.lost = o.gateway, nil, false
 	return ConnectResult{Status: StatusOK, Session: o.session, Timeout: timeout}
 }
 

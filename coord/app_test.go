@@ -338,3 +338,28 @@ func TestSnapshotRestore(t *testing.T) {
 		}
 	}
 }
+
+// TestReconnectSetsWatchesAgain checks that a client that resumes its
+// session gets each event once: those queued for its old connection are
+// dropped, and its setWatches fires the watches whose nodes changed since
+// the last zxid it saw.
+func TestReconnectSetsWatchesAgain(t *testing.T) {
+	h := newHarness(t, 2)
+	a := h.connect(0, "a", 10000).Session
+	b := h.connect(0, "b", 10000).Session
+	_, _, r := h.do(a, 1, proto.OpCreate, &proto.CreateRequest{Path: "/x", ACL: proto.OpenACL})
+	seen := r.hdr.Zxid
+	h.do(b, 1, proto.OpGetData, &proto.GetDataRequest{Path: "/x", Watch: true})
+	h.do(a, 2, proto.OpSetData, &proto.SetDataRequest{Path: "/x", Data: []byte("1"), Version: -1})
+
+	if c := h.connect(b, "b", 10000); c.Status != coord.StatusOK {
+		t.Fatalf("reconnect: %+v", c)
+	}
+	if rs := h.poll(b); len(rs[0].Frames) != 0 {
+		t.Fatal("an event queued for the old connection survived the reconnect")
+	}
+	st, evs, r := h.do(b, proto.XidSetWatches, proto.OpSetWatches, &proto.SetWatches{RelativeZxid: seen, DataWatches: []string{"/x"}})
+	if st != coord.StatusOK || r.hdr.Err != proto.CodeOK || len(evs) != 1 || evs[0].Type != proto.EventNodeDataChanged || evs[0].Path != "/x" {
+		t.Fatalf("setWatches: %v %v, events %+v", st, r.hdr.Err, evs)
+	}
+}
