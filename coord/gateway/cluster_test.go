@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"sync"
@@ -26,6 +27,7 @@ type testCluster struct {
 	cl      *auth.Cluster
 	mu      sync.Mutex
 	reps    []*node.Replica
+	apps    []*coord.App
 	cancels []context.CancelFunc
 	errs    []chan error
 	client  *node.Client
@@ -40,7 +42,7 @@ func newTestCluster(t *testing.T) *testCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc := &testCluster{t: t, cl: cl, reps: make([]*node.Replica, n), cancels: make([]context.CancelFunc, n), errs: make([]chan error, n)}
+	tc := &testCluster{t: t, cl: cl, reps: make([]*node.Replica, n), apps: make([]*coord.App, n), cancels: make([]context.CancelFunc, n), errs: make([]chan error, n)}
 	lns := make([]net.Listener, n)
 	for i := range lns {
 		if lns[i], err = rubin.Listen("tcp", "127.0.0.1:0"); err != nil {
@@ -78,9 +80,10 @@ func newTestCluster(t *testing.T) *testCluster {
 }
 
 func (tc *testCluster) startReplica(i int, ln net.Listener) {
+	app := coord.New(coord.Config{})
 	r, err := node.NewReplica(node.ReplicaConfig{
 		Cluster: tc.cl, ID: bft.ReplicaID(i), Network: "tcp", Listener: ln, Tick: testTick,
-		App: coord.New(coord.Config{}),
+		App: app,
 		Core: bft.Config{CheckpointInterval: 16, WatermarkWindow: 64, RequestTicks: 50, ViewChangeTicks: 50, FetchTicks: 10,
 			MaxOpSize: coord.MaxOpSize, MaxBatchBytes: 2 * coord.MaxOpSize},
 		RedialMin: 5 * time.Millisecond, RedialMax: 100 * time.Millisecond,
@@ -93,7 +96,7 @@ func (tc *testCluster) startReplica(i int, ln net.Listener) {
 	go func() { errc <- r.Run(ctx) }()
 	<-r.Ready()
 	tc.mu.Lock()
-	tc.reps[i], tc.cancels[i], tc.errs[i] = r, cancel, errc
+	tc.reps[i], tc.apps[i], tc.cancels[i], tc.errs[i] = r, app, cancel, errc
 	tc.mu.Unlock()
 }
 
@@ -109,6 +112,43 @@ func (tc *testCluster) crash(i int) {
 	cancel()
 	if err := <-errc; err != nil {
 		tc.t.Errorf("replica %d: %v", i, err)
+	}
+}
+
+// restart starts crashed replica i again, empty.
+func (tc *testCluster) restart(i int) {
+	tc.t.Helper()
+	ln, err := rubin.Listen("tcp", tc.cl.Replicas[i].Addr)
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	tc.startReplica(i, ln)
+}
+
+// checkSameState checks, once the replicas are stopped, that those that
+// executed as far as the furthest hold the same state.
+func (tc *testCluster) checkSameState() {
+	tc.t.Helper()
+	var last uint64
+	for _, r := range tc.reps {
+		last = max(last, r.Status().LastExecuted)
+	}
+	var want []byte
+	same := 0
+	for i, r := range tc.reps {
+		if r.Status().LastExecuted != last {
+			continue
+		}
+		snap := tc.apps[i].Snapshot()
+		if want == nil {
+			want = snap
+		} else if !bytes.Equal(snap, want) {
+			tc.t.Fatalf("replica %d's state differs from another's at sequence %d", i, last)
+		}
+		same++
+	}
+	if same < 3 {
+		tc.t.Fatalf("only %d replicas executed up to %d", same, last)
 	}
 }
 
@@ -129,7 +169,12 @@ func (quietLogger) Printf(string, ...any) {}
 // connect opens a ZooKeeper session through the gateway and waits for it.
 func (tc *testCluster) connect(timeout time.Duration) *zk.Conn {
 	tc.t.Helper()
-	c, events, err := zk.Connect([]string{tc.addr}, timeout, zk.WithLogger(quietLogger{}))
+	return tc.session(zk.Connect([]string{tc.addr}, timeout, zk.WithLogger(quietLogger{})))
+}
+
+// session waits for the session of a zk.Connect.
+func (tc *testCluster) session(c *zk.Conn, events <-chan zk.Event, err error) *zk.Conn {
+	tc.t.Helper()
 	if err != nil {
 		tc.t.Fatal(err)
 	}

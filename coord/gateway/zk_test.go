@@ -7,11 +7,13 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/rubin-go/rubin/coord/gateway"
 	"github.com/rubin-go/rubin/coord/proto"
 )
 
@@ -283,6 +285,21 @@ func TestLockRecipe(t *testing.T) {
 	if v := tc.reps[1].Status().View; v == 0 {
 		t.Fatal("no view change after the primary crashed")
 	}
+
+	// The crashed replica comes back empty and catches up by state
+	// transfer: the App's snapshot, restored.
+	tc.restart(0)
+	for i := range 40 {
+		must(setup.Create(fmt.Sprintf("/after-%d", i), nil, 0, open))
+	}
+	waitFor(t, 20*time.Second, "replica 0 to catch up", func() bool {
+		return tc.reps[0].Status().LastExecuted >= tc.reps[1].Status().LastExecuted
+	})
+	if tc.reps[0].Status().StateTransfers == 0 {
+		t.Fatal("replica 0 caught up without a state transfer")
+	}
+	tc.stop()
+	tc.checkSameState()
 }
 
 func increment(c *zk.Conn, lock *zk.Lock) error {
@@ -358,4 +375,56 @@ func TestBadClients(t *testing.T) {
 		t.Fatalf("the session expired after %v, before its 4s timeout", d)
 	}
 	must(good.Create("/still-working", nil, 0, open))
+}
+
+// TestResumeOnAnotherGateway moves a client's session from a gateway that
+// closes to another: the session, its ephemeral node and its watch
+// survive, and the watch fires once.
+func TestResumeOnAnotherGateway(t *testing.T) {
+	tc := newTestCluster(t)
+	gw2, err := gateway.New(gateway.Config{Invoker: tc.client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw2.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gw2.Serve(ln)
+
+	// The client's one server name leads to whichever gateway target says.
+	var target atomic.Value
+	target.Store(tc.addr)
+	dial := func(network, _ string, timeout time.Duration) (net.Conn, error) {
+		return net.DialTimeout(network, target.Load().(string), timeout)
+	}
+	c := tc.session(zk.Connect([]string{"127.0.0.1:2181"}, 10*time.Second, zk.WithDialer(dial), zk.WithLogger(quietLogger{})))
+	must(c.Create("/moving", nil, zk.FlagEphemeral, open))
+	must(c.Create("/watched", []byte("0"), 0, open))
+	_, _, w := must3(c.GetW("/watched"))
+	id := c.SessionID()
+
+	target.Store(ln.Addr().String())
+	tc.gw.Close()
+	tc.addr = ln.Addr().String()
+	b := tc.connect(10 * time.Second)
+	must(b.Set("/watched", []byte("1"), -1))
+	waitEvent(t, w, zk.EventNodeDataChanged, "/watched")
+	if c.SessionID() != id {
+		t.Fatalf("session %#x after the move, was %#x", c.SessionID(), id)
+	}
+	if ok, st, err := b.Exists("/moving"); !ok || err != nil || st.EphemeralOwner != id {
+		t.Fatalf("the ephemeral node after the move: %v %+v %v", ok, st, err)
+	}
+	must(c.Create("/after-move", nil, 0, open))
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
 }
