@@ -28,8 +28,10 @@ vm_packages=(qemu-system-x86 linux-image-amd64 busybox-static kmod iproute2 cpio
 	rdma-core ibverbs-utils ibverbs-providers)
 # tools: what the checks and benchmarks use besides: taskset (util-linux)
 # for pinned benchmarks, perftest, which scripts/rdma-bench.sh measures
-# against, and the rdma_cm tools to look at a device by hand.
-tools_packages=(util-linux perftest rdmacm-utils)
+# against, the rdma_cm tools to look at a device by hand, and Apache
+# ZooKeeper, whose server and zkCli.sh the coordination service's tests
+# run beside ours.
+tools_packages=(util-linux perftest rdmacm-utils zookeeper)
 
 # section prints a header for the next step.
 section() {
