@@ -35,6 +35,8 @@ func TestUsageErrors(t *testing.T) {
 		{"keygen", "extra"},
 		{"replica", "-cluster", "/nonexistent/cluster.json", "-id", "0", "-transport", "udp"},
 		{"gateway", "-nosuchflag"},
+		{"demo", "-clients", "1"},
+		{"demo", "-transport", "udp"},
 	} {
 		if code, _, stderr := runCmd(t, args...); code != exitUsage {
 			t.Errorf("coord %s: exit status %d, want %d; stderr:\n%s", strings.Join(args, " "), code, exitUsage, stderr)
@@ -138,6 +140,14 @@ func TestCommands(t *testing.T) {
 	}
 }
 
-type quietLogger struct{}
-
-func (quietLogger) Printf(string, ...any) {}
+func TestDemo(t *testing.T) {
+	code, stdout, stderr := runCmd(t, "demo", "-clients", "3", "-rounds", "20", "-progress", "50ms")
+	if code != exitOK {
+		t.Fatalf("exit status %d; stdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	for _, want := range []string{"==> crashing the primary", "==> view change: view 1", "the counter the lock guards is 60 of 60", "identical states"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, stdout)
+		}
+	}
+}
