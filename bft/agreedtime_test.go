@@ -179,7 +179,7 @@ func TestRecoverReplaysAgreedTime(t *testing.T) {
 		t.Fatalf("replayed %d requests of %d", len(after), len(before))
 	}
 	for k, c := range after {
-		if b := before[k]; b != c {
+		if b := before[k]; b.Client != c.Client || b.Seq != c.Seq || b.Index != c.Index || !b.Time.Equal(c.Time) {
 			t.Fatalf("seq %d index %d: executed with %+v, replayed with %+v", k.seq, k.index, b, c)
 		}
 	}

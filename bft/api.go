@@ -69,6 +69,8 @@ type ExecContext struct {
 	// with an earlier time executes at its predecessor's), and is the
 	// same for every request of a batch.
 	Time time.Time
+
+	r *Replica // for Notify, only while Execute runs
 }
 
 // Authenticator signs and checks the signatures carried by forwardable

@@ -32,7 +32,7 @@ func (r *Replica) takeCheckpoint(seq uint64) *ownCheckpoint {
 		replies = append(replies, *rp)
 	}
 	sort.Slice(replies, func(i, j int) bool { return replies[i].Client < replies[j].Client })
-	return r.newOwnCheckpoint(seq, encodeState(r.agreedTime, replies, r.cfg.App.Snapshot()))
+	return r.newOwnCheckpoint(seq, encodeState(&coreState{time: r.agreedTime, replies: replies, notes: r.noteState()}, r.cfg.App.Snapshot()))
 }
 
 // checkpoint runs after executing seq, a multiple of K.

@@ -20,6 +20,15 @@ type ClientConfig struct {
 	RetransmitTicks int
 	// Sign fills r.Auth, the request's authenticator (package bft/auth).
 	Sign func(r *Request)
+	// FirstNote is the number of the first notification (see Notify)
+	// the client delivers; the ones below it were delivered before (a
+	// client that restarts passes the next one it expects). Default 1.
+	FirstNote uint64
+	// NoteWindow bounds the notifications ahead of the next one to
+	// deliver that the client buffers copies of; NoteBuffer bounds the
+	// payload bytes it buffers per replica. Defaults 64 and 1 MiB.
+	NoteWindow int
+	NoteBuffer int
 	// StartTimestamp: timestamps start above it. A client that restarts
 	// must pass one above every timestamp it used before (replicas
 	// ignore requests at or below the last one executed), e.g. from a
@@ -42,6 +51,7 @@ type Client struct {
 	timer   int
 	sends   []Envelope
 	done    []Result
+	notes   noteQueue
 }
 
 // errLateReply is Step's error for a reply to no outstanding request.
@@ -51,6 +61,10 @@ var errLateReply = fmt.Errorf("%w: reply for a request not outstanding", ErrStal
 type Result struct {
 	Timestamp uint64
 	Result    []byte
+	// Notes is the number of the client's last notification when the
+	// request executed (or the read was answered): the notifications up
+	// to it precede the result.
+	Notes uint64
 	// ReadOnly: 2f+1 replicas answered the read-only request from their
 	// state; it was not ordered.
 	ReadOnly bool
@@ -60,6 +74,8 @@ type Result struct {
 type ClientReady struct {
 	Messages []Envelope
 	Done     []Result
+	// Notes are the notifications delivered, in number order.
+	Notes []Note
 }
 
 // NewClient validates cfg and fills its defaults.
@@ -73,8 +89,18 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.RetransmitTicks <= 0 {
 		cfg.RetransmitTicks = 20
 	}
+	if cfg.FirstNote == 0 {
+		cfg.FirstNote = 1
+	}
+	if cfg.NoteWindow <= 0 {
+		cfg.NoteWindow = 64
+	}
+	if cfg.NoteBuffer <= 0 {
+		cfg.NoteBuffer = 1 << 20
+	}
 	c := &Client{cfg: cfg, ts: cfg.StartTimestamp, replies: make(map[ReplicaID]*Reply)}
 	c.f, c.q = quorum.Faults(cfg.N), quorum.Quorum(cfg.N)
+	c.notes.init(c)
 	return c, nil
 }
 
@@ -158,13 +184,13 @@ func (c *Client) Step(from ReplicaID, rep *Reply) error {
 	views := buf[:0]
 	best := 0
 	for _, o := range c.replies {
-		if bytes.Equal(o.Result, rep.Result) {
+		if sameResult(o, rep) {
 			views = append(views, o.View)
 		}
 		if rep.ReadOnly {
 			k := 0
 			for _, p := range c.replies {
-				if bytes.Equal(o.Result, p.Result) {
+				if sameResult(o, p) {
 					k++
 				}
 			}
@@ -190,16 +216,24 @@ func (c *Client) Step(from ReplicaID, rep *Reply) error {
 	if v := views[c.f]; v > c.view {
 		c.view = v
 	}
-	c.done = append(c.done, Result{Timestamp: rep.Timestamp, Result: rep.Result, ReadOnly: rep.ReadOnly})
+	c.done = append(c.done, Result{Timestamp: rep.Timestamp, Result: rep.Result, Notes: rep.Notes, ReadOnly: rep.ReadOnly})
+	c.notes.known = max(c.notes.known, rep.Notes)
 	c.out = nil
 	clear(c.replies)
 	return nil
 }
 
+func sameResult(a, b *Reply) bool {
+	return a.Notes == b.Notes && bytes.Equal(a.Result, b.Result)
+}
+
 // Tick advances the client's clock; on RetransmitTicks without a result
 // the request goes to every replica (backups forward it to the primary
-// and start their timers, which is what unseats a faulty primary).
+// and start their timers, which is what unseats a faulty primary). A
+// client that knows of notifications it has not delivered for
+// RetransmitTicks asks every replica for them (FetchNotes).
 func (c *Client) Tick() {
+	c.notes.tick()
 	if c.out == nil {
 		return
 	}
@@ -220,7 +254,7 @@ func (c *Client) Outstanding() bool { return c.out != nil }
 
 // Ready returns what accumulated since the last call and clears it.
 func (c *Client) Ready() ClientReady {
-	rd := ClientReady{Messages: c.sends, Done: c.done}
-	c.sends, c.done = nil, nil
+	rd := ClientReady{Messages: c.sends, Done: c.done, Notes: c.notes.ready}
+	c.sends, c.done, c.notes.ready = nil, nil, nil
 	return rd
 }

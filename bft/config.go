@@ -10,7 +10,7 @@ import (
 
 // Config configures a Replica. Every replica of a cluster must use the same
 // N, CheckpointInterval, WatermarkWindow, MaxBatch, MaxBatchBytes,
-// MaxOpSize and StateChunkBytes: they decide which messages are valid
+// MaxOpSize, StateChunkBytes, NoteRetain, NoteRetainBytes and MaxNoteBytes: they decide which messages are valid
 // (StateChunkBytes is part of every checkpoint digest). The tick counts may
 // differ.
 type Config struct {
@@ -78,6 +78,17 @@ type Config struct {
 	// request replaces its oldest held one and an older one is refused
 	// (ErrFull). Default 4.
 	MaxPendingPerClient int
+	// NoteRetain is how many of each client's latest notifications (see
+	// ExecContext.Notify) a replica keeps, to send again to a client that
+	// missed them; NoteRetainBytes bounds their payloads, but the latest
+	// one is always kept. They are replicated state, in every checkpoint,
+	// so every replica of a cluster must use the same values. Defaults 64
+	// and 256 KiB.
+	NoteRetain      int
+	NoteRetainBytes int
+	// MaxNoteBytes bounds a notification's payload: Notify refuses a
+	// longer one. It must be the same on every replica. Default 64 KiB.
+	MaxNoteBytes int
 	// MaxReads bounds the read-only requests a replica holds until it can
 	// answer them (it answers once it executed what it prepared); each
 	// client has at most one held, its latest. Default 4*MaxBatch.
@@ -180,6 +191,9 @@ func (c *Config) fill() error {
 	def(&c.MaxPendingPerClient, 4)
 	def(&c.MaxFutureBytes, 2*c.MaxBatchBytes)
 	def(&c.MaxReads, 4*c.MaxBatch)
+	def(&c.NoteRetain, 64)
+	def(&c.NoteRetainBytes, 256<<10)
+	def(&c.MaxNoteBytes, 64<<10)
 	def(&c.StateChunkBytes, 1<<20)
 	def(&c.MaxStateBytes, 1<<30)
 	if c.Clock == nil {

@@ -97,6 +97,22 @@
 // makes reads linearizable (see Querier for the argument); reads wait in
 // a bounded queue until then (Config.MaxReads, one per client).
 //
+// # Notifications
+//
+// During Execute the application may emit notifications for any client
+// (ExecContext.Notify). Replicas number each client's notifications from
+// 1 in execution order, so every correct replica numbers them alike, and
+// send them to the client at once (a Notify message, routed like a reply);
+// each keeps the last Config.NoteRetain per client as replicated state,
+// in every checkpoint. Client.StepNotify takes them; the client delivers
+// number k once f+1 replicas sent it with the same payload, in number
+// order (ClientReady.Notes), buffering at most NoteWindow numbers ahead
+// and NoteBuffer bytes per replica. A reply tells its client the number
+// of its last notification at execution (Reply.Notes): a client that
+// knows of notifications it has not delivered asks the replicas for them
+// (FetchNotes, every RetransmitTicks), and delivers a Note with Lost set
+// for the ones f+1 replicas no longer keep.
+//
 // # Beyond the paper
 //
 // These choices keep the core live over links that lose messages and with
@@ -134,7 +150,9 @@
 // 3L+8 and MaxFutureBytes per sender, views at most 64 ahead. Pending
 // requests: MaxPending, MaxPendingBytes, MaxPendingPerClient per client,
 // and an arrival order at most about twice as long as what is held;
-// read-only requests waiting: MaxReads, one per client.
+// read-only requests waiting: MaxReads, one per client. Notifications:
+// NoteRetain and NoteRetainBytes per client, replicated state like the
+// reply cache.
 // Status reports the accounted bytes (PendingBytes, BufferedBytes). The
 // reply cache holds one reply per client that ever had a request
 // executed; it is replicated state, so it is not trimmed. State

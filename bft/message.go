@@ -44,6 +44,8 @@ const (
 	// 11 and 12 are taken; the values below are fixed.
 	TypeFetchChunk MessageType = 13
 	TypeChunk      MessageType = 14
+	TypeNotify     MessageType = 15
+	TypeFetchNotes MessageType = 16
 )
 
 // Request is a client's operation. Auth is the client's authenticator:
@@ -90,14 +92,42 @@ func SetRequestFlags(r *Request, f uint64) bool {
 // Reply is a replica's answer to a request. The client accepts a result
 // once f+1 replicas sent matching replies (same timestamp and result), or
 // for a ReadOnly request 2f+1; ReadOnly marks the answers to those, so
-// they never count for an ordered request of the same timestamp.
+// they never count for an ordered request of the same timestamp. Notes is
+// the number of the last notification the client had been sent (see
+// Notify) when the request executed, or when the read was answered: part
+// of the result, so the client learns which notifications precede it.
 type Reply struct {
 	View      uint64
 	Timestamp uint64
 	Client    ClientID
 	Replica   ReplicaID
 	ReadOnly  bool
+	Notes     uint64
 	Result    []byte
+}
+
+// Notify is a notification for a client that the application emitted
+// while it executed a request (ExecContext.Notify), or that a replica
+// sends again on FetchNotes. Every correct replica numbers a client's
+// notifications alike, from 1, in execution order; the client delivers
+// notification Number once f+1 replicas sent it with the same Payload.
+// Oldest is the lowest number the sender still keeps for the client (a
+// replica keeps the last few, see Config.NoteRetain): the ones below it
+// are gone from the sender's state.
+type Notify struct {
+	Client  ClientID
+	Number  uint64
+	Oldest  uint64
+	Replica ReplicaID
+	Payload []byte
+}
+
+// FetchNotes asks a replica for the notifications of Client it keeps from
+// number From on: sent by a client that missed some. A replica takes it
+// only from the link of Client itself.
+type FetchNotes struct {
+	Client ClientID
+	From   uint64
 }
 
 // PrePrepare is the primary's proposal to bind a batch of requests, and
@@ -261,6 +291,8 @@ func (*FetchChunk) Type() MessageType { return TypeFetchChunk }
 func (*Chunk) Type() MessageType      { return TypeChunk }
 func (*FetchBatch) Type() MessageType { return TypeFetchBatch }
 func (*Batch) Type() MessageType      { return TypeBatch }
+func (*Notify) Type() MessageType     { return TypeNotify }
+func (*FetchNotes) Type() MessageType { return TypeFetchNotes }
 
 // BatchDigest is the digest a pre-prepare binds: SHA-256 over the
 // proposed time and each request's client, timestamp, flags and

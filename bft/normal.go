@@ -314,7 +314,7 @@ func (r *Replica) tryExecute() {
 
 func (r *Replica) execute(e *entry) {
 	r.agreedTime = max(r.agreedTime, e.cTime)
-	ctx := ExecContext{Seq: e.seq, Time: agreedAt(r.agreedTime)}
+	ctx := ExecContext{Seq: e.seq, Time: agreedAt(r.agreedTime), r: r}
 	for i := range e.batch {
 		req := &e.batch[i]
 		k := reqKey{req.Client, req.Timestamp}
@@ -326,7 +326,10 @@ func (r *Replica) execute(e *entry) {
 			continue
 		}
 		ctx.Client, ctx.Index = req.Client, i
-		rep := &Reply{View: r.view, Timestamp: req.Timestamp, Client: req.Client, Replica: r.id, Result: r.cfg.App.Execute(ctx, req.Op)}
+		r.executing = true
+		res := r.cfg.App.Execute(ctx, req.Op)
+		r.executing = false
+		rep := &Reply{View: r.view, Timestamp: req.Timestamp, Client: req.Client, Replica: r.id, Notes: r.lastNote(req.Client), Result: res}
 		r.replies[req.Client] = rep
 		r.out = append(r.out, Envelope{To: ToClient(req.Client), Msg: rep})
 	}

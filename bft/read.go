@@ -76,7 +76,7 @@ func (r *Replica) answerRead(q Querier, req *Request) {
 	if r.agreedTime != 0 {
 		ctx.Time = agreedAt(r.agreedTime)
 	}
-	rep := &Reply{View: r.view, Timestamp: req.Timestamp, Client: req.Client, Replica: r.id, ReadOnly: true, Result: q.Query(ctx, req.Op)}
+	rep := &Reply{View: r.view, Timestamp: req.Timestamp, Client: req.Client, Replica: r.id, ReadOnly: true, Notes: r.lastNote(req.Client), Result: q.Query(ctx, req.Op)}
 	r.out = append(r.out, Envelope{To: ToClient(req.Client), Msg: rep})
 }
 

@@ -65,19 +65,20 @@ func (r *Replica) restoreCheckpoint(sn *Snapshot) error {
 	if own.digest != d {
 		return fmt.Errorf("%w: recover: checkpoint %d does not match its certified digest", ErrInvalid, sn.Seq)
 	}
-	t, replies, snap, err := decodeState(sn.State)
+	cs, snap, err := decodeState(sn.State)
 	if err != nil {
 		return fmt.Errorf("recover: checkpoint %d: %w", sn.Seq, err)
 	}
 	if err := r.cfg.App.Restore(snap); err != nil {
 		return fmt.Errorf("%w: recover: restore checkpoint %d: %v", ErrInvalid, sn.Seq, err)
 	}
-	for i := range replies {
-		rp := replies[i]
+	for i := range cs.replies {
+		rp := cs.replies[i]
 		rp.Replica = r.id
 		r.replies[rp.Client] = &rp
 	}
-	r.agreedTime = t
+	r.agreedTime = cs.time
+	r.installNotes(cs.notes)
 	delete(r.ckpts, 0)
 	r.ckpts[sn.Seq] = own
 	r.lastExec, r.low, r.lowCert = sn.Seq, sn.Seq, sn.Stable

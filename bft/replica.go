@@ -54,6 +54,14 @@ type Replica struct {
 	// accounted bytes.
 	reads     []heldRead
 	readBytes int
+	// notes is the notification state per client (notify.go):
+	// replicated. executing is set while App.Execute runs, when
+	// ExecContext.Notify may be called. noteServed: the clients whose
+	// FetchNotes this tick (noteServeTick) answered.
+	notes         map[ClientID]*noteLog
+	executing     bool
+	noteServed    map[ClientID]bool
+	noteServeTick uint64
 
 	// Primary state.
 	nextSeq    uint64 // highest sequence number assigned in this view
@@ -238,6 +246,8 @@ func NewReplica(cfg Config) (*Replica, error) {
 		f:          cfg.f(),
 		log:        make(map[uint64]*entry),
 		replies:    make(map[ClientID]*Reply),
+		notes:      make(map[ClientID]*noteLog),
+		noteServed: make(map[ClientID]bool),
 		proposed:   make(map[reqKey]uint64),
 		ckpts:      make(map[uint64]*ownCheckpoint),
 		ckVotes:    make(map[uint64]map[ReplicaID]*Checkpoint),
@@ -278,6 +288,9 @@ func (r *Replica) Step(from Target, m Message) error {
 		return fmt.Errorf("%w: nil message", ErrInvalid)
 	}
 	if from.Client {
+		if fn, ok := m.(*FetchNotes); ok && fn != nil {
+			return r.onFetchNotes(ClientID(from.ID), fn)
+		}
 		req, ok := m.(*Request)
 		if !ok || req == nil {
 			return fmt.Errorf("%w: %T from client %d", ErrInvalid, m, from.ID)
@@ -397,8 +410,8 @@ func (r *Replica) Step(from Target, m Message) error {
 			return fmt.Errorf("%w: batch claims replica %d, sent by %d", ErrForged, m.Replica, src)
 		}
 		return r.onBatch(m)
-	case *Reply:
-		return fmt.Errorf("%w: reply sent to a replica", ErrInvalid)
+	case *Reply, *Notify, *FetchNotes:
+		return fmt.Errorf("%w: %T sent by a replica", ErrInvalid, m)
 	default:
 		return fmt.Errorf("%w: unknown message type %T", ErrInvalid, m)
 	}

@@ -7,10 +7,15 @@ import (
 )
 
 // A checkpointed state is one byte string, the state bytes: the agreed
-// time (a uvarint), the reply cache, then the application snapshot. The
-// reply cache is a uvarint count and, for each client in increasing order, its ID, the timestamp
-// and the result (a uvarint length and the bytes) of its last executed
-// request; the snapshot is the rest. A reply's View and Replica differ
+// time (a uvarint); the reply cache, a uvarint count and, for each client
+// in increasing order, its ID, the timestamp, the notification count and
+// the result (a uvarint length and the bytes) of its last executed
+// request; the notifications, a uvarint count and, for each client in
+// increasing order, its ID, the number its next notification gets and the
+// notifications kept for it (a count, then each one's number and its
+// payload, length-prefixed); then the application snapshot, the rest.
+// Every uvarint is minimal, so a state has one encoding. A reply's View
+// and Replica differ
 // between replicas (a batch may commit in different views at different
 // replicas), so they are not part of it.
 //
@@ -31,75 +36,172 @@ const (
 	maxChunks = 1 << 16
 )
 
-// encodeState returns the state bytes of an agreed time, a reply cache
-// (sorted by client) and an application snapshot.
-func encodeState(time uint64, replies []Reply, snap []byte) []byte {
-	n := 2*binary.MaxVarintLen64 + len(snap)
-	for i := range replies {
-		n += 3*binary.MaxVarintLen64 + len(replies[i].Result)
+// coreState is the replicated state the core keeps besides the
+// application's: the agreed time, the reply cache and the notifications
+// kept per client, each sorted by client.
+type coreState struct {
+	time    uint64
+	replies []Reply
+	notes   []clientNotes
+}
+
+// clientNotes is one client's notification numbering and the
+// notifications kept for it (see notify.go).
+type clientNotes struct {
+	client ClientID
+	next   uint64
+	kept   []keptNote
+}
+
+// encodeState returns the state bytes of cs and an application snapshot.
+func encodeState(cs *coreState, snap []byte) []byte {
+	n := 3*binary.MaxVarintLen64 + len(snap)
+	for i := range cs.replies {
+		n += 4*binary.MaxVarintLen64 + len(cs.replies[i].Result)
+	}
+	for i := range cs.notes {
+		n += 3 * binary.MaxVarintLen64
+		for _, k := range cs.notes[i].kept {
+			n += 2*binary.MaxVarintLen64 + len(k.payload)
+		}
 	}
 	b := make([]byte, 0, n)
-	b = binary.AppendUvarint(b, time)
-	b = binary.AppendUvarint(b, uint64(len(replies)))
-	for i := range replies {
-		rp := &replies[i]
+	b = binary.AppendUvarint(b, cs.time)
+	b = binary.AppendUvarint(b, uint64(len(cs.replies)))
+	for i := range cs.replies {
+		rp := &cs.replies[i]
 		b = binary.AppendUvarint(b, uint64(rp.Client))
 		b = binary.AppendUvarint(b, rp.Timestamp)
+		b = binary.AppendUvarint(b, rp.Notes)
 		b = binary.AppendUvarint(b, uint64(len(rp.Result)))
 		b = append(b, rp.Result...)
+	}
+	b = binary.AppendUvarint(b, uint64(len(cs.notes)))
+	for i := range cs.notes {
+		cn := &cs.notes[i]
+		b = binary.AppendUvarint(b, uint64(cn.client))
+		b = binary.AppendUvarint(b, cn.next)
+		b = binary.AppendUvarint(b, uint64(len(cn.kept)))
+		for _, k := range cn.kept {
+			b = binary.AppendUvarint(b, k.num)
+			b = binary.AppendUvarint(b, uint64(len(k.payload)))
+			b = append(b, k.payload...)
+		}
 	}
 	return append(b, snap...)
 }
 
-// decodeState splits state bytes into the agreed time, the reply cache and
-// the snapshot, which alias b. The replies carry no View and no Replica.
-func decodeState(b []byte) (uint64, []Reply, []byte, error) {
+// decodeState splits state bytes into the core's state and the
+// application snapshot; byte slices alias b. The replies carry no View
+// and no Replica.
+func decodeState(b []byte) (*coreState, []byte, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: state: "+format, append([]any{ErrInvalid}, args...)...)
+	}
 	next := func() (uint64, error) {
 		v, n := binary.Uvarint(b)
 		if n <= 0 || n > 1 && b[n-1] == 0 {
 			// Truncated, or padded: every state has one encoding.
-			return 0, fmt.Errorf("%w: state: bad varint in the reply cache", ErrInvalid)
+			return 0, bad("bad varint")
 		}
 		b = b[n:]
 		return v, nil
 	}
-	time, err := next()
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	count, err := next()
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	if count > uint64(len(b)/3) { // a reply takes at least 3 bytes
-		return 0, nil, nil, fmt.Errorf("%w: state: %d replies in %d bytes", ErrInvalid, count, len(b))
-	}
-	replies := make([]Reply, count)
-	for i := range replies {
-		rp := &replies[i]
-		var c, l uint64
-		if c, err = next(); err != nil {
-			return 0, nil, nil, err
-		}
-		if rp.Timestamp, err = next(); err != nil {
-			return 0, nil, nil, err
-		}
-		if l, err = next(); err != nil {
-			return 0, nil, nil, err
+	bytes := func() ([]byte, error) {
+		l, err := next()
+		if err != nil {
+			return nil, err
 		}
 		if l > uint64(len(b)) {
-			return 0, nil, nil, fmt.Errorf("%w: state: reply of %d bytes, %d left", ErrInvalid, l, len(b))
+			return nil, bad("%d bytes, %d left", l, len(b))
 		}
-		rp.Client = ClientID(c)
-		if i > 0 && rp.Client <= replies[i-1].Client {
-			return 0, nil, nil, fmt.Errorf("%w: state: replies not sorted by client", ErrInvalid)
-		}
-		if l > 0 {
-			rp.Result = b[:l:l]
+		p := b[:l:l]
+		if l == 0 {
+			p = nil
 		}
 		b = b[l:]
+		return p, nil
 	}
-	return time, replies, b, nil
+	// count reads a list's length, each element at least min bytes.
+	count := func(min int) (uint64, error) {
+		c, err := next()
+		if err == nil && c > uint64(len(b)/min) {
+			err = bad("%d entries in %d bytes", c, len(b))
+		}
+		return c, err
+	}
+	cs := new(coreState)
+	var err error
+	if cs.time, err = next(); err != nil {
+		return nil, nil, err
+	}
+	nr, err := count(4)
+	if err != nil {
+		return nil, nil, err
+	}
+	cs.replies = make([]Reply, nr)
+	for i := range cs.replies {
+		rp := &cs.replies[i]
+		var c uint64
+		if c, err = next(); err != nil {
+			return nil, nil, err
+		}
+		rp.Client = ClientID(c)
+		if i > 0 && rp.Client <= cs.replies[i-1].Client {
+			return nil, nil, bad("replies not sorted by client")
+		}
+		if rp.Timestamp, err = next(); err != nil {
+			return nil, nil, err
+		}
+		if rp.Notes, err = next(); err != nil {
+			return nil, nil, err
+		}
+		if rp.Result, err = bytes(); err != nil {
+			return nil, nil, err
+		}
+	}
+	nn, err := count(3)
+	if err != nil {
+		return nil, nil, err
+	}
+	cs.notes = make([]clientNotes, nn)
+	for i := range cs.notes {
+		cn := &cs.notes[i]
+		var c, k uint64
+		if c, err = next(); err != nil {
+			return nil, nil, err
+		}
+		cn.client = ClientID(c)
+		if i > 0 && cn.client <= cs.notes[i-1].client {
+			return nil, nil, bad("notifications not sorted by client")
+		}
+		if cn.next, err = next(); err != nil {
+			return nil, nil, err
+		}
+		if k, err = count(2); err != nil {
+			return nil, nil, err
+		}
+		cn.kept = make([]keptNote, k)
+		for j := range cn.kept {
+			kn := &cn.kept[j]
+			if kn.num, err = next(); err != nil {
+				return nil, nil, err
+			}
+			if kn.num == 0 || kn.num >= cn.next || j > 0 && kn.num <= cn.kept[j-1].num {
+				return nil, nil, bad("notification %d of client %d out of order", kn.num, cn.client)
+			}
+			if kn.payload, err = bytes(); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	if len(cs.replies) == 0 {
+		cs.replies = nil
+	}
+	if len(cs.notes) == 0 {
+		cs.notes = nil
+	}
+	return cs, b, nil
 }
 
 // chunkCount is the number of chunks of a state of length bytes.

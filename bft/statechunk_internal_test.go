@@ -29,8 +29,20 @@ func TestStateChunksProperty(t *testing.T) {
 			}
 			replies = append(replies, Reply{Client: ClientID(2*c + 1), Timestamp: rng.Uint64(), Result: res})
 		}
-		tm := rng.Uint64()
-		state := encodeState(tm, replies, snap)
+		cs := &coreState{time: rng.Uint64(), replies: replies}
+		for c := range int(clients % 5) {
+			cn := clientNotes{client: ClientID(3*c + 2), next: 1}
+			for range rng.IntN(4) {
+				p := make([]byte, rng.IntN(6))
+				if len(p) == 0 {
+					p = nil
+				}
+				cn.kept = append(cn.kept, keptNote{num: cn.next + uint64(rng.IntN(3)), payload: p})
+				cn.next = cn.kept[len(cn.kept)-1].num + 1
+			}
+			cs.notes = append(cs.notes, cn)
+		}
+		state := encodeState(cs, snap)
 		sz := uint64(size%64) + 1
 		count := chunkCount(uint64(len(state)), sz)
 		var joined []byte
@@ -44,8 +56,12 @@ func TestStateChunksProperty(t *testing.T) {
 		if !bytes.Equal(joined, state) || len(chunkDigests(state, sz)) != int(count) {
 			return false
 		}
-		gotTime, gotReplies, gotSnap, err := decodeState(state)
-		if err != nil || gotTime != tm || !bytes.Equal(gotSnap, snap) || len(gotReplies) != len(replies) {
+		got, gotSnap, err := decodeState(state)
+		if err == nil && !bytes.Equal(encodeState(got, gotSnap), state) {
+			return false
+		}
+		gotReplies := got.replies
+		if err != nil || got.time != cs.time || !bytes.Equal(gotSnap, snap) || len(gotReplies) != len(replies) {
 			return false
 		}
 		for i := range replies {
@@ -64,7 +80,7 @@ func TestStateChunksProperty(t *testing.T) {
 // A manifest is accepted only if it is the certified one, well formed and
 // within MaxStateBytes.
 func TestCheckManifest(t *testing.T) {
-	state := encodeState(0, nil, bytes.Repeat([]byte("x"), 1000))
+	state := encodeState(&coreState{}, bytes.Repeat([]byte("x"), 1000))
 	chunks := chunkDigests(state, 64)
 	d := manifestDigest(64, uint64(len(state)), chunks)
 	good := func() *State {
@@ -94,18 +110,18 @@ func TestCheckManifest(t *testing.T) {
 }
 
 func FuzzDecodeState(f *testing.F) {
-	f.Add(encodeState(1e18, []Reply{{Client: 1, Timestamp: 2, Result: []byte("r")}, {Client: 5}}, []byte("snapshot")))
+	f.Add(encodeState(&coreState{time: 1e18, replies: []Reply{{Client: 1, Timestamp: 2, Notes: 3, Result: []byte("r")}, {Client: 5}}, notes: []clientNotes{{client: 2, next: 9, kept: []keptNote{{num: 7, payload: []byte("n")}, {num: 8}}}}}, []byte("snapshot")))
 	f.Add([]byte{0x80})
-	f.Add([]byte{0, 2, 1, 1, 0, 1, 1, 0})
+	f.Add([]byte{0, 2, 1, 1, 0, 0, 1, 1, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		tm, replies, snap, err := decodeState(b)
+		cs, snap, err := decodeState(b)
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("error %v does not wrap ErrInvalid", err)
 			}
 			return
 		}
-		if again := encodeState(tm, replies, snap); !bytes.Equal(again, b) {
+		if again := encodeState(cs, snap); !bytes.Equal(again, b) {
 			t.Fatalf("re-encodes to %x from %x", again, b)
 		}
 	})

@@ -256,17 +256,18 @@ func (r *Replica) onChunk(m *Chunk) error {
 // checkpoint, cert proving it. own.digest must be the digest of
 // own.state, certified by cert.
 func (r *Replica) installState(own *ownCheckpoint, cert []Checkpoint) error {
-	t, replies, snap, err := decodeState(own.state)
+	cs, snap, err := decodeState(own.state)
 	if err != nil {
 		return fmt.Errorf("state at %d: %w", own.seq, err)
 	}
 	if err := r.cfg.App.Restore(snap); err != nil {
 		return fmt.Errorf("%w: state at %d: restore: %v", ErrInvalid, own.seq, err)
 	}
-	r.agreedTime = t
+	r.agreedTime = cs.time
+	r.installNotes(cs.notes)
 	clear(r.replies)
-	for i := range replies {
-		rp := replies[i]
+	for i := range cs.replies {
+		rp := cs.replies[i]
 		rp.View, rp.Replica = r.view, r.id // the cache, now ours: our replies carry our name
 		r.replies[rp.Client] = &rp
 	}

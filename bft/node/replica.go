@@ -430,8 +430,15 @@ func (r *Replica) stepAll(in inbound) int {
 // of a request of any client other than the link's own). A duplicate
 // counts because a backup that got the request in a pre-prepare first
 // would otherwise have no route for the reply the client waits for.
+//
+// A FetchNotes of a client other than the link's own is stepped as its
+// client's if the link is that client's route: the link carried an
+// authenticated request of it, so it may fetch its notifications.
 func (r *Replica) step(c *conn, m bft.Message) {
 	from := bft.Target(c.peer)
+	if fn, ok := m.(*bft.FetchNotes); ok && from.Client && r.routes[fn.Client] == c {
+		from = bft.ToClient(fn.Client)
+	}
 	err := r.core.Step(from, m)
 	if from.Client {
 		if req, ok := m.(*bft.Request); ok && (err == nil || errors.Is(err, bft.ErrDuplicate)) {

@@ -47,8 +47,8 @@
 //
 // # Aliasing and ownership
 //
-// Decoded byte slices (Request.Op and Auth, Reply.Result, every Sig,
-// Chunk.Data) ALIAS THE INPUT: Decode does not copy them. The caller
+// Decoded byte slices (Request.Op and Auth, Reply.Result, Notify.Payload,
+// every Sig, Chunk.Data) ALIAS THE INPUT: Decode does not copy them. The caller
 // hands the buffer over to the message and must not modify or reuse it
 // for as long as the message, or anything taken from it, is in use; the
 // core keeps requests in its log for a long time, so a driver should
@@ -80,7 +80,8 @@ type Limits struct {
 	// MaxMessage bounds the length of the whole encoded message. It also
 	// bounds Chunk.Data, which has no limit of its own.
 	MaxMessage int
-	// MaxOp bounds a request's operation and a reply's result.
+	// MaxOp bounds a request's operation, a reply's result and a
+	// notification's payload.
 	MaxOp int
 	// MaxBatch bounds the number of requests in a pre-prepare.
 	MaxBatch int
@@ -137,7 +138,7 @@ func (l Limits) withDefaults() Limits {
 // checked against remaining/min before the list is allocated.
 const (
 	minRequest      = 5                      // client, timestamp, flags, op length, auth length
-	minReply        = 6                      // view, timestamp, client, replica, read-only, result length
+	minReply        = 7                      // view, timestamp, client, replica, read-only, notes, result length
 	minPrePrepare   = 1 + 1 + 1 + 32 + 1 + 1 // view, seq, time, digest, batch count, sig length
 	minPPHeader     = 1 + 1 + 1 + 32 + 1     // view, seq, time, digest, sig length (no batch)
 	minPrepare      = 1 + 1 + 32 + 1 + 1     // view, seq, digest, replica, sig length
@@ -254,6 +255,17 @@ func appendMessage(b []byte, m bft.Message, sig bool) []byte {
 			b = appendRequest(b, &m.Requests[i])
 		}
 		return binary.AppendUvarint(b, uint64(m.Replica))
+	case *bft.Notify:
+		b = append(b, byte(bft.TypeNotify))
+		b = binary.AppendUvarint(b, uint64(m.Client))
+		b = binary.AppendUvarint(b, m.Number)
+		b = binary.AppendUvarint(b, m.Oldest)
+		b = binary.AppendUvarint(b, uint64(m.Replica))
+		return appendBytes(b, m.Payload)
+	case *bft.FetchNotes:
+		b = append(b, byte(bft.TypeFetchNotes))
+		b = binary.AppendUvarint(b, uint64(m.Client))
+		return binary.AppendUvarint(b, m.From)
 	}
 	panic(fmt.Sprintf("wire: cannot encode message of type %T", m))
 }
@@ -292,6 +304,7 @@ func appendReply(b []byte, r *bft.Reply) []byte {
 	b = binary.AppendUvarint(b, uint64(r.Client))
 	b = binary.AppendUvarint(b, uint64(r.Replica))
 	b = appendBool(b, r.ReadOnly)
+	b = binary.AppendUvarint(b, r.Notes)
 	return appendBytes(b, r.Result)
 }
 
@@ -431,6 +444,12 @@ func decode(b []byte, lim Limits) (bft.Message, error) {
 	case bft.TypeBatch:
 		bt := new(bft.Batch)
 		m, name, err = bt, "batch", d.batch(bt)
+	case bft.TypeNotify:
+		nt := new(bft.Notify)
+		m, name, err = nt, "notify", d.notify(nt)
+	case bft.TypeFetchNotes:
+		f := new(bft.FetchNotes)
+		m, name, err = f, "fetch-notes", d.fetchNotes(f)
 	default:
 		return nil, &malformed{msg: fmt.Sprintf("unknown message type %d", t)}
 	}
@@ -621,6 +640,9 @@ func (d *decoder) reply(r *bft.Reply) (err error) {
 		return err
 	}
 	if r.ReadOnly, err = d.bool("read-only"); err != nil {
+		return err
+	}
+	if r.Notes, err = d.uvarint("notes"); err != nil {
 		return err
 	}
 	r.Result, err = d.bytes("result", d.lim.MaxOp)
@@ -856,5 +878,35 @@ func (d *decoder) batch(m *bft.Batch) (err error) {
 		return err
 	}
 	m.Replica, err = d.replica("replica")
+	return err
+}
+
+func (d *decoder) notify(m *bft.Notify) (err error) {
+	var c uint64
+	if c, err = d.uvarint("client"); err != nil {
+		return err
+	}
+	m.Client = bft.ClientID(c)
+	if m.Number, err = d.uvarint("number"); err != nil {
+		return err
+	}
+	if m.Oldest, err = d.uvarint("oldest"); err != nil {
+		return err
+	}
+	if m.Replica, err = d.replica("replica"); err != nil {
+		return err
+	}
+	// A payload is an application's, like a result.
+	m.Payload, err = d.bytes("payload", d.lim.MaxOp)
+	return err
+}
+
+func (d *decoder) fetchNotes(m *bft.FetchNotes) (err error) {
+	var c uint64
+	if c, err = d.uvarint("client"); err != nil {
+		return err
+	}
+	m.Client = bft.ClientID(c)
+	m.From, err = d.uvarint("from")
 	return err
 }

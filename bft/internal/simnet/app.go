@@ -1,9 +1,11 @@
 package simnet
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"strconv"
 
 	"github.com/rubin-go/rubin/bft"
 )
@@ -25,8 +27,17 @@ type App struct {
 	Pad int
 }
 
+// An op "note C P" also emits notification P for client C (a decimal
+// ClientID) through ctx.Notify.
 func (a *App) Execute(ctx bft.ExecContext, op []byte) []byte {
 	a.Contexts = append(a.Contexts, ctx)
+	if rest, ok := bytes.CutPrefix(op, []byte("note ")); ok {
+		if c, p, ok := bytes.Cut(rest, []byte(" ")); ok {
+			if id, err := strconv.ParseUint(string(c), 10, 64); err == nil {
+				ctx.Notify(bft.ClientID(id), p)
+			}
+		}
+	}
 	a.Count++
 	h := sha256.New()
 	h.Write(a.Hash[:])

@@ -46,9 +46,10 @@ type Checker struct {
 	net        *Net
 	seqs       map[uint64]seqRecord
 	results    map[reqKey]resultRecord
-	committedR map[reqKey]uint64 // request -> seq of a correct replica's executed batch
-	issued     map[reqKey][]byte // requests correct clients proposed -> op
-	issuedReqs []*bft.Request    // recent requests correct clients sent, for replay attacks
+	notes      map[reqKey]resultRecord // (client, number) -> payload
+	committedR map[reqKey]uint64       // request -> seq of a correct replica's executed batch
+	issued     map[reqKey][]byte       // requests correct clients proposed -> op
+	issuedReqs []*bft.Request          // recent requests correct clients sent, for replay attacks
 	Violations []string
 	// Accepted counts results correct clients accepted.
 	Accepted int
@@ -59,6 +60,7 @@ func newChecker(n *Net) *Checker {
 		net:        n,
 		seqs:       make(map[uint64]seqRecord),
 		results:    make(map[reqKey]resultRecord),
+		notes:      make(map[reqKey]resultRecord),
 		committedR: make(map[reqKey]uint64),
 		issued:     make(map[reqKey][]byte),
 	}
@@ -115,14 +117,40 @@ func (c *Checker) committed(replica int, b bft.Committed) {
 }
 
 func (c *Checker) reply(replica int, rep *bft.Reply) {
-	k := reqKey{rep.Client, rep.Timestamp}
-	if rec, ok := c.results[k]; ok {
-		if !bytes.Equal(rec.result, rep.Result) {
-			c.fail("replica %d result %x for (client %d, ts %d), replica %d's was %x", replica, rep.Result, rep.Client, rep.Timestamp, rec.replica, rec.result)
+	c.agree(c.results, reqKey{rep.Client, rep.Timestamp}, replica, rep.Result, "result")
+}
+
+// notify records a notification a correct replica sent: correct replicas
+// must agree on every (client, number).
+func (c *Checker) notify(replica int, m *bft.Notify) {
+	c.agree(c.notes, reqKey{m.Client, m.Number}, replica, m.Payload, "notification")
+}
+
+// agree records what correct replica replica sent for k, or checks it
+// against what another sent.
+func (c *Checker) agree(m map[reqKey]resultRecord, k reqKey, replica int, b []byte, what string) {
+	if rec, ok := m[k]; ok {
+		if !bytes.Equal(rec.result, b) {
+			c.fail("replica %d %s %x for (client %d, %d), replica %d's was %x", replica, what, b, k.client, k.ts, rec.replica, rec.result)
 		}
 		return
 	}
-	c.results[k] = resultRecord{replica, bytes.Clone(rep.Result)}
+	m[k] = resultRecord{replica, bytes.Clone(b)}
+}
+
+// delivered checks a notification a correct client delivered against
+// what correct replicas sent.
+func (c *Checker) delivered(client int, nt bft.Note) {
+	if nt.Lost != 0 {
+		return
+	}
+	rec, ok := c.notes[reqKey{bft.ClientID(client), nt.Number}]
+	switch {
+	case !ok:
+		c.fail("client %d delivered notification %d %q that no correct replica sent", client, nt.Number, nt.Payload)
+	case !bytes.Equal(rec.result, nt.Payload):
+		c.fail("client %d delivered notification %d %q, correct replicas sent %q", client, nt.Number, nt.Payload, rec.result)
+	}
 }
 
 func (c *Checker) accepted(client int, d bft.Result) {

@@ -78,6 +78,8 @@ type Net struct {
 	Configs  []bft.Config
 	Clients  []*bft.Client // client i has ID i+1
 	Results  [][]bft.Result
+	// Notes holds the notifications each client delivered.
+	Notes [][]bft.Note
 	// Executed is what each replica reported executing since it started
 	// (or restarted).
 	Executed [][]bft.Committed
@@ -217,6 +219,7 @@ func New(o Options) (*Net, error) {
 		}
 		n.Clients = append(n.Clients, c)
 		n.Results = append(n.Results, nil)
+		n.Notes = append(n.Notes, nil)
 		n.issued = append(n.issued, 0)
 	}
 	return n, nil
@@ -310,6 +313,9 @@ func (n *Net) collect() {
 			if rep, ok := e.Msg.(*bft.Reply); ok && !n.Faulty[i] && !rep.ReadOnly {
 				n.Check.reply(i, rep)
 			}
+			if nt, ok := e.Msg.(*bft.Notify); ok && !n.Faulty[i] {
+				n.Check.notify(i, nt)
+			}
 			if n.Byzantine != nil {
 				for _, b := range n.Byzantine(bft.ReplicaID(i), e) {
 					n.enqueue(from, b)
@@ -325,6 +331,10 @@ func (n *Net) collect() {
 			n.Check.accepted(i+1, d)
 		}
 		n.Results[i] = append(n.Results[i], rd.Done...)
+		for _, nt := range rd.Notes {
+			n.Check.delivered(i+1, nt)
+		}
+		n.Notes[i] = append(n.Notes[i], rd.Notes...)
 		for _, e := range rd.Messages {
 			if r, ok := e.Msg.(*bft.Request); ok {
 				if len(n.Check.issuedReqs) < 256 {
@@ -344,11 +354,15 @@ func (n *Net) deliver(p Packet) {
 	defer func() { n.record(Event{Kind: "deliver", From: p.From, To: p.To, Msg: p.Msg, Err: err}) }()
 	if p.To.Client {
 		i := int(p.To.ID) - 1
-		rep, ok := p.Msg.(*bft.Reply)
-		if i < 0 || i >= len(n.Clients) || !ok || p.From.Client {
+		if i < 0 || i >= len(n.Clients) || p.From.Client {
 			return
 		}
-		err = n.Clients[i].Step(bft.ReplicaID(p.From.ID), rep)
+		switch m := p.Msg.(type) {
+		case *bft.Reply:
+			err = n.Clients[i].Step(bft.ReplicaID(p.From.ID), m)
+		case *bft.Notify:
+			err = n.Clients[i].StepNotify(bft.ReplicaID(p.From.ID), m)
+		}
 	} else {
 		i := int(p.To.ID)
 		if i >= n.N || n.Crashed[i] {
