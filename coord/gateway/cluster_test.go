@@ -28,6 +28,9 @@ type testCluster struct {
 	mu      sync.Mutex
 	reps    []*node.Replica
 	apps    []*coord.App
+	// wrap, if set, gives replica i's App a face of its own: a Byzantine
+	// replica's.
+	wrap func(i int, app *coord.App) bft.App
 	cancels []context.CancelFunc
 	errs    []chan error
 	client  *node.Client
@@ -37,12 +40,18 @@ type testCluster struct {
 
 func newTestCluster(t *testing.T) *testCluster {
 	t.Helper()
+	return newWrappedCluster(t, nil)
+}
+
+// newWrappedCluster is newTestCluster with replicas' Apps wrapped by wrap.
+func newWrappedCluster(t *testing.T, wrap func(i int, app *coord.App) bft.App) *testCluster {
+	t.Helper()
 	const n, identities = 4, 32
 	cl, err := auth.Generate(n, identities, "127.0.0.1", 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc := &testCluster{t: t, cl: cl, reps: make([]*node.Replica, n), apps: make([]*coord.App, n), cancels: make([]context.CancelFunc, n), errs: make([]chan error, n)}
+	tc := &testCluster{t: t, cl: cl, wrap: wrap, reps: make([]*node.Replica, n), apps: make([]*coord.App, n), cancels: make([]context.CancelFunc, n), errs: make([]chan error, n)}
 	lns := make([]net.Listener, n)
 	for i := range lns {
 		if lns[i], err = rubin.Listen("tcp", "127.0.0.1:0"); err != nil {
@@ -81,9 +90,13 @@ func newTestCluster(t *testing.T) *testCluster {
 
 func (tc *testCluster) startReplica(i int, ln net.Listener) {
 	app := coord.New(coord.Config{})
+	var face bft.App = app
+	if tc.wrap != nil {
+		face = tc.wrap(i, app)
+	}
 	r, err := node.NewReplica(node.ReplicaConfig{
 		Cluster: tc.cl, ID: bft.ReplicaID(i), Network: "tcp", Listener: ln, Tick: testTick,
-		App: app,
+		App: face,
 		Core: bft.Config{CheckpointInterval: 16, WatermarkWindow: 64, RequestTicks: 50, ViewChangeTicks: 50, FetchTicks: 10,
 			MaxOpSize: coord.MaxOpSize, MaxBatchBytes: 2 * coord.MaxOpSize},
 		RedialMin: 5 * time.Millisecond, RedialMax: 100 * time.Millisecond,
