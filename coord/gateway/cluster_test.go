@@ -23,14 +23,14 @@ const testTick = 2 * time.Millisecond
 // testCluster is four replicas of the coordination service on loopback
 // TCP, a bft client with a pool of identities, and a gateway.
 type testCluster struct {
-	t       *testing.T
-	cl      *auth.Cluster
-	mu      sync.Mutex
-	reps    []*node.Replica
-	apps    []*coord.App
+	t    *testing.T
+	cl   *auth.Cluster
+	mu   sync.Mutex
+	reps []*node.Replica
+	apps []*coord.App
 	// wrap, if set, gives replica i's App a face of its own: a Byzantine
 	// replica's.
-	wrap func(i int, app *coord.App) bft.App
+	wrap    func(i int, app *coord.App) bft.App
 	cancels []context.CancelFunc
 	errs    []chan error
 	client  *node.Client
