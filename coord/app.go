@@ -19,6 +19,10 @@ type Config struct {
 	// connection, so that the client reconnects and sets its watches
 	// again.
 	MaxQueuedBytes int
+	// MaxQueuedTotal bounds the watch events waiting for all sessions
+	// together, in frame bytes (default 64 MiB); an event past it is
+	// dropped as if its session's queue were full.
+	MaxQueuedTotal int
 	// ExpireInterval is how often, in agreed milliseconds, the App looks
 	// for sessions whose deadline passed (default 100): ZooKeeper's
 	// expiry is as coarse, by its tick.
@@ -31,6 +35,9 @@ type Config struct {
 func (c Config) normalized() Config {
 	if c.MaxQueuedBytes <= 0 {
 		c.MaxQueuedBytes = 256 << 10
+	}
+	if c.MaxQueuedTotal <= 0 {
+		c.MaxQueuedTotal = 64 << 20
 	}
 	if c.ExpireInterval <= 0 {
 		c.ExpireInterval = 100
@@ -49,6 +56,7 @@ type App struct {
 	cfg      Config
 	tree     *tree.Tree
 	sessions map[int64]*session // the tree's open sessions
+	queued   int                // the bytes of all sessions' events
 	// nextExpire and nextSweep are the agreed times of the next look for
 	// expired sessions and of the next sweep.
 	nextExpire, nextSweep int64
@@ -106,7 +114,7 @@ func (a *App) housekeep(now int64) {
 		if len(a.tree.Expired(now)) > 0 {
 			gone, evs, _ := a.tree.Expire(tree.Write{Zxid: a.nextZxid(), Time: now})
 			for _, id := range gone {
-				delete(a.sessions, id)
+				a.drop(id)
 			}
 			a.queue(evs)
 		}
@@ -130,24 +138,40 @@ func (a *App) queue(evs []tree.Event) {
 			continue
 		}
 		b, err := proto.AppendEvent(s.events, &proto.WatcherEvent{Type: ev.Type, State: proto.StateSyncConnected, Path: ev.Path})
-		if err != nil || len(b) > a.cfg.MaxQueuedBytes {
+		added := len(b) - len(s.events)
+		if err != nil || len(b) > a.cfg.MaxQueuedBytes || a.queued+added > a.cfg.MaxQueuedTotal {
 			s.lost = true
 			continue
 		}
 		s.events = b
+		a.queued += added
 	}
 }
 
 // collect takes the session's queued events: the frames to send, and
 // StatusClose if some were lost.
-func (s *session) collect(frames []byte) ([]byte, Status) {
+func (a *App) collect(s *session, frames []byte) ([]byte, Status) {
 	frames = append(frames, s.events...)
 	st := StatusOK
 	if s.lost {
 		st = StatusClose
 	}
-	s.events, s.lost = nil, false
+	a.clear(s)
 	return frames, st
+}
+
+// clear empties a session's queue.
+func (a *App) clear(s *session) {
+	a.queued -= len(s.events)
+	s.events, s.lost = nil, false
+}
+
+// drop forgets a session that ended.
+func (a *App) drop(id int64) {
+	if s := a.sessions[id]; s != nil {
+		a.clear(s)
+		delete(a.sessions, id)
+	}
 }
 
 func (a *App) connect(o op, now int64) ConnectResult {
@@ -172,7 +196,8 @@ func (a *App) connect(o op, now int64) ConnectResult {
 	// in ZooKeeper, whose watches live with the connection, the client
 	// sends its watches again (setWatches), and those whose node changed
 	// since the last zxid it saw fire then: queued, they would fire twice.
-	s.gateway, s.events, s.lost = o.gateway, nil, false
+	s.gateway = o.gateway
+	a.clear(s)
 	return ConnectResult{Status: StatusOK, Session: o.session, Timeout: timeout}
 }
 
@@ -198,13 +223,13 @@ func (a *App) request(o op, now int64) []byte {
 	if r.code == proto.CodeOK && r.resp == nil {
 		r.resp = &proto.Empty{}
 	}
-	frames, st := s.collect(nil)
+	frames, st := a.collect(s, nil)
 	frames = a.reply(frames, hdr, r.code, r.resp)
 	if r.close {
 		st = StatusClose
 	}
 	if hdr.Type == proto.OpCloseSession && r.code == proto.CodeOK {
-		delete(a.sessions, o.session)
+		a.drop(o.session)
 	}
 	return appendSessionResult(nil, st, frames)
 }
@@ -237,7 +262,7 @@ func (a *App) poll(o op, now int64) []byte {
 			e.Buffer(nil)
 		default:
 			_ = a.tree.Touch(id, now)
-			frames, st := s.collect(nil)
+			frames, st := a.collect(s, nil)
 			e.Int32(int32(st))
 			e.Buffer(frames)
 		}

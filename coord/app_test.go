@@ -363,3 +363,54 @@ func TestReconnectSetsWatchesAgain(t *testing.T) {
 		t.Fatalf("setWatches: %v %v, events %+v", st, r.hdr.Err, evs)
 	}
 }
+
+// TestEventQueueBounds checks that events past a session's bound, or past
+// the bound of all sessions together, are dropped and the session told to
+// reconnect, and that collecting them makes room again.
+func TestEventQueueBounds(t *testing.T) {
+	h := newHarness(t, 0)
+	h.apps = []*coord.App{coord.New(coord.Config{MaxQueuedBytes: 1000, MaxQueuedTotal: 150})}
+	a := h.connect(0, "a", 10000).Session
+	b := h.connect(0, "b", 10000).Session
+	c := h.connect(0, "c", 10000).Session
+	h.do(a, 1, proto.OpCreate, &proto.CreateRequest{Path: "/q", ACL: proto.OpenACL})
+	for _, s := range []int64{b, c} {
+		h.do(s, 1, proto.OpAddWatch, &proto.AddWatchRequest{Path: "/q", Mode: proto.AddWatchPersistent})
+	}
+	set := func(xid int32) {
+		h.do(a, xid, proto.OpSetData, &proto.SetDataRequest{Path: "/q", Version: -1})
+	}
+	// An event frame for /q is 34 bytes: two fit each session, a third
+	// for both does not fit 150.
+	for xid := range int32(3) {
+		set(2 + xid)
+	}
+	rs := h.poll(b)
+	if n := len(frames(t, rs[0].Frames, 0)); rs[0].Status != coord.StatusClose || n != 2 {
+		t.Fatalf("b past the total bound: %v with %d events", rs[0].Status, n)
+	}
+	set(5) // b's queue is empty again; c's still lost its third
+	rs = h.poll(b, c)
+	if n := len(frames(t, rs[0].Frames, 0)); rs[0].Status != coord.StatusOK || n != 1 {
+		t.Fatalf("b after collecting: %v with %d events", rs[0].Status, n)
+	}
+	if n := len(frames(t, rs[1].Frames, 0)); rs[1].Status != coord.StatusClose || n != 2 {
+		t.Fatalf("c: %v with %d events", rs[1].Status, n)
+	}
+
+	h.apps = []*coord.App{coord.New(coord.Config{MaxQueuedBytes: 50})}
+	a = h.connect(0, "a", 10000).Session
+	b = h.connect(0, "b", 10000).Session
+	h.do(a, 1, proto.OpCreate, &proto.CreateRequest{Path: "/q", ACL: proto.OpenACL})
+	h.do(b, 1, proto.OpAddWatch, &proto.AddWatchRequest{Path: "/q", Mode: proto.AddWatchPersistent})
+	set(2)
+	set(3)
+	snap := h.apps[0].Snapshot()
+	rs = h.poll(b)
+	if n := len(frames(t, rs[0].Frames, 0)); rs[0].Status != coord.StatusClose || n != 1 {
+		t.Fatalf("b past its own bound: %v with %d events", rs[0].Status, n)
+	}
+	if err := coord.New(coord.Config{MaxQueuedBytes: 50, MaxQueuedTotal: 10}).Restore(snap); !errors.Is(err, coord.ErrSnapshot) {
+		t.Fatalf("a snapshot past MaxQueuedTotal restored: %v", err)
+	}
+}

@@ -46,7 +46,9 @@
 // every few milliseconds while they are idle, and the others only to
 // renew them, so an event reaches an idle client within a poll interval
 // and a round of the protocol, and an idle gateway with watches costs the
-// cluster a few batches a second. A queue is bounded
-// (Config.MaxQueuedBytes); a session that overflows it loses the later
-// events and is told to reconnect, which registers its watches again.
+// cluster a few batches a second. Queues are bounded, each
+// (Config.MaxQueuedBytes) and all together (Config.MaxQueuedTotal); a
+// session whose event does not fit loses it and later ones until it
+// collects what it has, and is then told to reconnect, which registers
+// its watches again.
 package coord

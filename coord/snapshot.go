@@ -39,7 +39,8 @@ func (a *App) Snapshot() []byte {
 
 // Restore replaces the state with a snapshot taken by Snapshot. It checks
 // that the sessions are the tree's and their queues within
-// Config.MaxQueuedBytes; on an error the state is unchanged.
+// Config.MaxQueuedBytes and MaxQueuedTotal; on an error the state is
+// unchanged.
 func (a *App) Restore(b []byte) error {
 	d := proto.NewDecoder(b)
 	if v := d.Int32(); v != snapshotVersion && d.Err() == nil {
@@ -51,7 +52,7 @@ func (a *App) Restore(b []byte) error {
 		return fmt.Errorf("%w: %d sessions in %d bytes", ErrSnapshot, n, len(b))
 	}
 	sessions := make(map[int64]*session, n)
-	last := int64(0)
+	last, queued := int64(0), 0
 	for i := range n {
 		id := d.Int64()
 		s := &session{gateway: d.Int64(), lost: d.Bool(), events: d.Buffer()}
@@ -63,6 +64,9 @@ func (a *App) Restore(b []byte) error {
 		}
 		if len(s.events) == 0 {
 			s.events = nil
+		}
+		if queued += len(s.events); queued > a.cfg.MaxQueuedTotal {
+			return fmt.Errorf("%w: more than %d bytes of events", ErrSnapshot, a.cfg.MaxQueuedTotal)
 		}
 		last = id
 		sessions[id] = s
@@ -81,6 +85,6 @@ func (a *App) Restore(b []byte) error {
 	if !slices.Equal(t.Sessions(), slices.Sorted(maps.Keys(sessions))) {
 		return fmt.Errorf("%w: sessions differ from the tree's", ErrSnapshot)
 	}
-	a.tree, a.sessions, a.nextExpire, a.nextSweep = t, sessions, nextExpire, nextSweep
+	a.tree, a.sessions, a.queued, a.nextExpire, a.nextSweep = t, sessions, queued, nextExpire, nextSweep
 	return nil
 }
