@@ -40,12 +40,12 @@ func (l liar) Execute(ctx bft.ExecContext, op []byte) []byte {
 // replicas said, so the client sees neither the lies nor the invented
 // events.
 func TestByzantineReplicaOutvoted(t *testing.T) {
-	tc := newWrappedCluster(t, func(i int, app *coord.App) bft.App {
+	tc := newClusterWith(t, func(i int, app *coord.App) bft.App {
 		if i == 2 {
 			return liar{app}
 		}
 		return app
-	})
+	}, nil)
 	c := tc.connect(10 * time.Second)
 	must(c.Create("/truth", []byte("truth"), 0, open))
 	for range 20 {

@@ -30,7 +30,9 @@ type testCluster struct {
 	apps []*coord.App
 	// wrap, if set, gives replica i's App a face of its own: a Byzantine
 	// replica's.
-	wrap    func(i int, app *coord.App) bft.App
+	wrap func(i int, app *coord.App) bft.App
+	// dirs, if set, are the replicas' data directories: durable replicas.
+	dirs    []string
 	cancels []context.CancelFunc
 	errs    []chan error
 	client  *node.Client
@@ -40,18 +42,19 @@ type testCluster struct {
 
 func newTestCluster(t *testing.T) *testCluster {
 	t.Helper()
-	return newWrappedCluster(t, nil)
+	return newClusterWith(t, nil, nil)
 }
 
-// newWrappedCluster is newTestCluster with replicas' Apps wrapped by wrap.
-func newWrappedCluster(t *testing.T, wrap func(i int, app *coord.App) bft.App) *testCluster {
+// newClusterWith is newTestCluster with replicas' Apps wrapped by wrap
+// and their data in dirs, if set.
+func newClusterWith(t *testing.T, wrap func(i int, app *coord.App) bft.App, dirs []string) *testCluster {
 	t.Helper()
 	const n, identities = 4, 32
 	cl, err := auth.Generate(n, identities, "127.0.0.1", 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc := &testCluster{t: t, cl: cl, wrap: wrap, reps: make([]*node.Replica, n), apps: make([]*coord.App, n), cancels: make([]context.CancelFunc, n), errs: make([]chan error, n)}
+	tc := &testCluster{t: t, cl: cl, wrap: wrap, dirs: dirs, reps: make([]*node.Replica, n), apps: make([]*coord.App, n), cancels: make([]context.CancelFunc, n), errs: make([]chan error, n)}
 	lns := make([]net.Listener, n)
 	for i := range lns {
 		if lns[i], err = rubin.Listen("tcp", "127.0.0.1:0"); err != nil {
@@ -96,7 +99,7 @@ func (tc *testCluster) startReplica(i int, ln net.Listener) {
 	}
 	r, err := node.NewReplica(node.ReplicaConfig{
 		Cluster: tc.cl, ID: bft.ReplicaID(i), Network: "tcp", Listener: ln, Tick: testTick,
-		App: face,
+		App: face, DataDir: tc.dataDir(i),
 		Core: bft.Config{CheckpointInterval: 16, WatermarkWindow: 64, RequestTicks: 50, ViewChangeTicks: 50, FetchTicks: 10,
 			MaxOpSize: coord.MaxOpSize, MaxBatchBytes: 2 * coord.MaxOpSize},
 		RedialMin: 5 * time.Millisecond, RedialMax: 100 * time.Millisecond,
@@ -128,7 +131,15 @@ func (tc *testCluster) crash(i int) {
 	}
 }
 
-// restart starts crashed replica i again, empty.
+func (tc *testCluster) dataDir(i int) string {
+	if tc.dirs == nil {
+		return ""
+	}
+	return tc.dirs[i]
+}
+
+// restart starts crashed replica i again, with a new App: empty, or
+// recovered from its data directory.
 func (tc *testCluster) restart(i int) {
 	tc.t.Helper()
 	ln, err := rubin.Listen("tcp", tc.cl.Replicas[i].Addr)

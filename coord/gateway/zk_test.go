@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -426,5 +427,39 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
+	}
+}
+
+// TestRestartAllDurable stops every replica and starts them again from
+// their data directories: the znodes, the session and its ephemeral node
+// are back, and the client, still connected to the gateway, carries on.
+func TestRestartAllDurable(t *testing.T) {
+	dirs := make([]string, 4)
+	for i := range dirs {
+		dirs[i] = t.TempDir()
+	}
+	tc := newClusterWith(t, nil, dirs)
+	c := tc.connect(20 * time.Second)
+	must(c.Create("/durable", nil, 0, open))
+	must(c.Create("/durable/eph", nil, zk.FlagEphemeral, open))
+	// Past a few checkpoints, so recovery starts from a snapshot.
+	for i := range 40 {
+		must(c.Create(fmt.Sprintf("/durable/n%02d", i), []byte{byte(i)}, 0, open))
+	}
+	for i := range tc.reps {
+		tc.crash(i)
+	}
+	for i := range tc.reps {
+		tc.restart(i)
+	}
+	kids, st := must2(c.Children("/durable"))
+	if len(kids) != 41 || st.NumChildren != 41 {
+		t.Fatalf("after the restart: %d children, stat %+v", len(kids), st)
+	}
+	if data, _ := must2(c.Get("/durable/n39")); !bytes.Equal(data, []byte{39}) {
+		t.Fatalf("after the restart: data %v", data)
+	}
+	if ok, st, _ := c.Exists("/durable/eph"); !ok || st.EphemeralOwner != c.SessionID() {
+		t.Fatalf("the session's ephemeral node after the restart: %v %+v", ok, st)
 	}
 }
