@@ -69,7 +69,10 @@ type session struct {
 	lost    bool   // events were dropped since the last collection
 }
 
-var _ bft.App = (*App)(nil)
+var (
+	_ bft.App     = (*App)(nil)
+	_ bft.Querier = (*App)(nil)
+)
 
 // New returns an App holding a fresh tree.
 func New(cfg Config) *App {
@@ -103,6 +106,60 @@ func (a *App) Execute(ctx bft.ExecContext, b []byte) []byte {
 	default:
 		return a.poll(o, now)
 	}
+}
+
+// ReadOnly reports whether a request only reads the state: no write,
+// no watch left, nothing to renew but the session. A gateway may send it
+// as a read-only request (node.Client.InvokeRead), which Query answers.
+func ReadOnly(op proto.OpCode, req proto.Record) bool {
+	switch r := req.(type) {
+	case *proto.ExistsRequest:
+		return !r.Watch
+	case *proto.GetDataRequest:
+		return !r.Watch
+	case *proto.GetChildrenRequest:
+		return !r.Watch
+	case *proto.GetChildren2Request:
+		return !r.Watch
+	case *proto.GetACLRequest, *proto.GetAllChildrenNumberRequest, *proto.GetEphemeralsRequest, *proto.CheckWatchesRequest:
+		return true
+	case *proto.MultiRequest:
+		return op == proto.OpMultiRead
+	case *proto.Empty:
+		return op == proto.OpWhoAmI
+	}
+	return false
+}
+
+// Query answers a RequestOp whose request is ReadOnly from the current
+// state, without changing it: the bft core's read-only path, one round
+// trip instead of an ordered request. It answers StatusOrder, asking for
+// the op to be ordered, for any other op, and for a session that is gone,
+// belongs to another gateway, or has watch events waiting: those must
+// reach the client before an answer that may show their change.
+func (a *App) Query(_ bft.QueryContext, b []byte) []byte {
+	order := appendSessionResult(nil, StatusOrder, nil)
+	o, err := decodeOp(b)
+	if err != nil || o.kind != kindRequest {
+		return order
+	}
+	hdr, body, err := proto.SplitRequest(o.frame)
+	if err != nil {
+		return order
+	}
+	req, err := proto.DecodeRequest(hdr.Type, body)
+	if err != nil || !ReadOnly(hdr.Type, req) {
+		return order
+	}
+	s := a.sessions[o.session]
+	if s == nil || s.gateway != o.gateway || len(s.events) > 0 || s.lost {
+		return order
+	}
+	r := a.run(o.session, 0, hdr, body)
+	if r.code == proto.CodeOK && r.resp == nil {
+		r.resp = &proto.Empty{}
+	}
+	return appendSessionResult(nil, StatusOK, a.reply(nil, hdr, r.code, r.resp))
 }
 
 // nextZxid is the zxid of the next write.

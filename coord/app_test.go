@@ -414,3 +414,56 @@ func TestEventQueueBounds(t *testing.T) {
 		t.Fatalf("a snapshot past MaxQueuedTotal restored: %v", err)
 	}
 }
+
+// TestQuery checks the read-only path: a read answers as the ordered
+// request would, changes nothing, and anything else, or a session with
+// events waiting, is sent back to be ordered.
+func TestQuery(t *testing.T) {
+	h := newHarness(t, 1)
+	app := h.apps[0]
+	a := h.connect(0, "a", 10000).Session
+	b := h.connect(0, "b", 10000).Session
+	h.do(a, 1, proto.OpCreate, &proto.CreateRequest{Path: "/r", Data: []byte("data"), ACL: proto.OpenACL})
+	query := func(gateway, session int64, xid int32, op proto.OpCode, req proto.Record) coord.SessionResult {
+		frame := proto.Marshal(proto.Marshal(nil, &proto.RequestHeader{Xid: xid, Type: op}), req)
+		before := app.Snapshot()
+		res, err := coord.ParseRequestResult(app.Query(bft.QueryContext{}, coord.RequestOp(gateway, session, frame)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(app.Snapshot(), before) {
+			t.Fatalf("%v: Query changed the state", op)
+		}
+		return res
+	}
+
+	get := &proto.GetDataRequest{Path: "/r"}
+	res := query(gw, b, 1, proto.OpGetData, get)
+	fs := frames(t, res.Frames, proto.OpGetData)
+	if res.Status != coord.StatusOK || len(fs) != 1 || string(fs[0].resp.(*proto.GetDataResponse).Data) != "data" {
+		t.Fatalf("read-only getData: %+v", res)
+	}
+	_, _, ordered := h.do(b, 1, proto.OpGetData, get)
+	if fs[0].hdr != ordered.hdr {
+		t.Fatalf("read-only header %+v, ordered %+v", fs[0].hdr, ordered.hdr)
+	}
+	if res := query(gw, b, 2, proto.OpGetData, &proto.GetDataRequest{Path: "/nosuch"}); len(res.Frames) == 0 || frames(t, res.Frames, 0)[0].hdr.Err != proto.CodeNoNode {
+		t.Fatalf("read-only getData of nothing: %+v", res)
+	}
+
+	for name, r := range map[string]coord.SessionResult{
+		"a write":                query(gw, b, 3, proto.OpSetData, &proto.SetDataRequest{Path: "/r", Version: -1}),
+		"a read with a watch":    query(gw, b, 3, proto.OpGetData, &proto.GetDataRequest{Path: "/r", Watch: true}),
+		"another gateway's":      query(gw+1, b, 3, proto.OpGetData, get),
+		"a session that is gone": query(gw, 12345, 3, proto.OpGetData, get),
+	} {
+		if r.Status != coord.StatusOrder || len(r.Frames) != 0 {
+			t.Errorf("%s: %+v", name, r)
+		}
+	}
+	h.do(b, 4, proto.OpExists, &proto.ExistsRequest{Path: "/r", Watch: true})
+	h.do(a, 2, proto.OpDelete, &proto.DeleteRequest{Path: "/r", Version: -1})
+	if r := query(gw, b, 5, proto.OpGetData, get); r.Status != coord.StatusOrder {
+		t.Fatalf("a read of a session with an event waiting: %+v", r)
+	}
+}

@@ -25,9 +25,13 @@
 //
 // # Order, zxids and time
 //
-// Everything is ordered by the bft core, reads included: every request
-// is answered from the state after all requests before it, so reads are
-// linearizable and sync has nothing to wait for. A write takes the zxid
+// Every request is answered from the state after all requests before it,
+// reads included, so reads are linearizable and sync has nothing to wait
+// for. A read that leaves no watch (ReadOnly) may take the bft core's
+// read-only path: App.Query answers it from a replica's current state,
+// the client accepts 2f+1 identical answers, and falls back to ordering
+// it otherwise; Query itself asks for ordering when the session has watch
+// events waiting, which must reach the client first. A write takes the zxid
 // after the tree's last, so zxids follow the agreed order without gaps.
 // ctime, mtime and session deadlines come from the batch's agreed time
 // (bft.ExecContext.Time), never from a replica's clock; before each op the

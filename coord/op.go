@@ -34,6 +34,10 @@ const (
 	// StatusMalformed: the request did not decode; close the connection,
 	// as a ZooKeeper server closes one that sends garbage.
 	StatusMalformed Status = 3
+	// StatusOrder: the answer to a read-only request (App.Query) that
+	// cannot be answered without ordering: send the same op again with
+	// Invoke. Nothing was written to the client.
+	StatusOrder Status = 4
 )
 
 func (s Status) String() string {
@@ -46,6 +50,8 @@ func (s Status) String() string {
 		return "expired"
 	case StatusMalformed:
 		return "malformed"
+	case StatusOrder:
+		return "order"
 	}
 	return fmt.Sprintf("status(%d)", int32(s))
 }

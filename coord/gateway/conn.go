@@ -40,11 +40,17 @@ type conn struct {
 	mu           sync.Mutex
 	cond         sync.Cond // on mu: pending changed, or dead
 	dead         bool
-	pending      [][]byte // request frames waiting for their turn
+	pending      []request // requests waiting for their turn
 	pendingBytes int
 	out          [][]byte // frames waiting to be written
 	outBytes     int      // their bytes, and those being written
 	closeAfter   bool     // close once out is written
+}
+
+// request is a client's request waiting for its turn.
+type request struct {
+	frame    []byte // header and body, as the client sent them
+	readOnly bool   // coord.ReadOnly: it may go as a read-only request
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -166,7 +172,7 @@ func (c *conn) readLoop() error {
 			a.Auth = []byte(remoteHost(c.nc))
 			frame = proto.Marshal(proto.Marshal(nil, &hdr), a)
 		}
-		if !c.push(frame) {
+		if !c.push(request{frame: frame, readOnly: err == nil && coord.ReadOnly(hdr.Type, req)}) {
 			return nil
 		}
 	}
@@ -198,9 +204,9 @@ func setsWatch(req proto.Record) bool {
 	return false
 }
 
-// push queues a request frame, waiting while MaxPending bytes wait. It
-// returns false once the connection is dead.
-func (c *conn) push(frame []byte) bool {
+// push queues a request, waiting while MaxPending bytes wait. It returns
+// false once the connection is dead.
+func (c *conn) push(r request) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for c.pendingBytes >= c.srv.cfg.MaxPending && !c.dead {
@@ -209,36 +215,35 @@ func (c *conn) push(frame []byte) bool {
 	if c.dead {
 		return false
 	}
-	c.pending = append(c.pending, frame)
-	c.pendingBytes += len(frame)
+	c.pending = append(c.pending, r)
+	c.pendingBytes += len(r.frame)
 	c.cond.Broadcast()
 	return true
 }
 
-// pop takes the next request frame, waiting for one; false once the
-// connection is dead.
-func (c *conn) pop() ([]byte, bool) {
+// pop takes the next request, waiting for one; false once the connection
+// is dead.
+func (c *conn) pop() (request, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for len(c.pending) == 0 && !c.dead {
 		c.cond.Wait()
 	}
 	if c.dead {
-		return nil, false
+		return request{}, false
 	}
-	frame := c.pending[0]
-	c.pending[0] = nil
+	r := c.pending[0]
+	c.pending[0] = request{}
 	c.pending = c.pending[1:]
-	c.pendingBytes -= len(frame)
+	c.pendingBytes -= len(r.frame)
 	c.cond.Broadcast()
-	return frame, true
+	return r, true
 }
 
 // work runs the session's requests one at a time, in order.
 func (c *conn) work() {
-	cfg := &c.srv.cfg
 	for {
-		frame, ok := c.pop()
+		req, ok := c.pop()
 		if !ok {
 			return
 		}
@@ -247,22 +252,40 @@ func (c *conn) work() {
 		case <-c.done:
 			return
 		}
-		// A request in flight when the connection dies is still awaited:
-		// its result, not the client's absence, says what happened.
-		res, err := cfg.Invoker.Invoke(c.srv.ctx, coord.RequestOp(cfg.ID, c.session, frame))
+		r, err := c.run(req)
 		<-c.turn
 		if err != nil {
 			c.kill(err)
 			return
 		}
-		r, err := coord.ParseRequestResult(res)
-		if err != nil {
-			c.kill(err)
-			return
-		}
-		c.touched.Store(time.Now().UnixNano())
 		c.deliver(r.Status, r.Frames)
 	}
+}
+
+// run runs one request on the replicas: a read-only one as such first,
+// ordered if the replicas ask for it. A request in flight when the
+// connection dies is still awaited: its result, not the client's absence,
+// says what happened.
+func (c *conn) run(req request) (coord.SessionResult, error) {
+	cfg := &c.srv.cfg
+	op := coord.RequestOp(cfg.ID, c.session, req.frame)
+	if req.readOnly {
+		res, err := cfg.Invoker.InvokeRead(c.srv.ctx, op)
+		if err != nil {
+			return coord.SessionResult{}, err
+		}
+		r, err := coord.ParseRequestResult(res)
+		if err != nil || r.Status != coord.StatusOrder {
+			// A read-only answer does not renew the session; the polls do.
+			return r, err
+		}
+	}
+	res, err := cfg.Invoker.Invoke(c.srv.ctx, op)
+	if err != nil {
+		return coord.SessionResult{}, err
+	}
+	c.touched.Store(time.Now().UnixNano())
+	return coord.ParseRequestResult(res)
 }
 
 // deliver writes the frames of a result and acts on its status.

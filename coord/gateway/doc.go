@@ -44,7 +44,10 @@
 // requests wait in the gateway. Different sessions run at once: the bft
 // client holds a pool of client identities (node.ClientConfig.IDs), and each
 // request in flight takes one, so up to that many sessions have a request
-// in flight together. Pings are answered by the gateway itself; the
+// in flight together. A read that leaves no watch goes as a bft read-only
+// request (Invoker.InvokeRead: one round trip, 2f+1 matching answers),
+// and is ordered when the replicas disagree or ask for it (a session with
+// watch events waiting). Pings are answered by the gateway itself; the
 // gateway renews its sessions on the replicas and collects their watch
 // events with polls (coord.PollOp): every Config.PollInterval for the
 // sessions that may hold watches, and every third of its timeout for each

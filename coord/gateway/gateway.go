@@ -14,11 +14,15 @@ import (
 	"github.com/rubin-go/rubin/coord"
 )
 
-// Invoker runs an op on the replicated service and returns the result f+1
-// replicas agreed on. *node.Client is one. Invoke must be safe for
-// concurrent use.
+// Invoker runs ops on the replicated service. *node.Client is one. Its
+// methods must be safe for concurrent use.
 type Invoker interface {
+	// Invoke orders op and returns the result f+1 replicas agreed on.
 	Invoke(ctx context.Context, op []byte) ([]byte, error)
+	// InvokeRead sends op as a read-only request and returns the result
+	// 2f+1 replicas gave from their state, or, if they did not agree,
+	// orders it as Invoke does.
+	InvokeRead(ctx context.Context, op []byte) ([]byte, error)
 }
 
 // Config configures a Server. A zero field takes its default.

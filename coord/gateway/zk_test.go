@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/rubin-go/rubin/coord"
 	"github.com/rubin-go/rubin/coord/gateway"
 	"github.com/rubin-go/rubin/coord/proto"
 )
@@ -461,5 +463,65 @@ func TestRestartAllDurable(t *testing.T) {
 	}
 	if ok, st, _ := c.Exists("/durable/eph"); !ok || st.EphemeralOwner != c.SessionID() {
 		t.Fatalf("the session's ephemeral node after the restart: %v %+v", ok, st)
+	}
+}
+
+// countingInvoker counts the read-only answers a gateway accepts.
+type countingInvoker struct {
+	gateway.Invoker
+	reads atomic.Int64 // read-only requests answered without ordering
+}
+
+func (c *countingInvoker) InvokeRead(ctx context.Context, op []byte) ([]byte, error) {
+	res, err := c.Invoker.InvokeRead(ctx, op)
+	if r, perr := coord.ParseRequestResult(res); err == nil && perr == nil && r.Status == coord.StatusOK {
+		c.reads.Add(1)
+	}
+	return res, err
+}
+
+// TestReadOnlyPath checks that reads without watches are answered on the
+// read-only path, and that a session's watch event still comes before an
+// answer that shows its change.
+func TestReadOnlyPath(t *testing.T) {
+	tc := newTestCluster(t)
+	inv := &countingInvoker{Invoker: tc.client}
+	gw, err := gateway.New(gateway.Config{Invoker: inv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gw.Serve(ln)
+	tc.addr = ln.Addr().String()
+	a, b := tc.connect(10*time.Second), tc.connect(10*time.Second)
+
+	must(a.Create("/ro", []byte("0"), 0, open))
+	for i := range 20 {
+		if data, _ := must2(b.Get("/ro")); string(data) != "0" {
+			t.Fatalf("read %d: %q", i, data)
+		}
+	}
+	if n := inv.reads.Load(); n < 10 {
+		t.Fatalf("%d of 20 reads took the read-only path", n)
+	}
+	for i := range 20 {
+		_, _, w := must3(b.GetW("/ro"))
+		must(a.Set("/ro", []byte(strconv.Itoa(i+1)), -1))
+		data, _ := must2(b.Get("/ro"))
+		if string(data) != strconv.Itoa(i+1) {
+			t.Fatalf("round %d: read %q after the set", i, data)
+		}
+		select {
+		case ev := <-w:
+			if ev.Type != zk.EventNodeDataChanged {
+				t.Fatalf("round %d: event %+v", i, ev)
+			}
+		default:
+			t.Fatalf("round %d: the new data came before the watch event", i)
+		}
 	}
 }
