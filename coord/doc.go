@@ -41,16 +41,17 @@
 //
 // # Watch events
 //
-// The core has no way yet for a replica to send a client something it
-// did not ask for, so a watch event waits in its session's queue, part of
-// the replicated state, until the session's next result collects it: the
+// The bft driver's client does not deliver the core's notifications
+// (bft.ExecContext.Notify) yet, so a watch event waits in its session's
+// queue, part of the replicated state, until the session's next result collects it: the
 // reply to one of its requests (events first, as ZooKeeper sends them
 // before the reply that follows the change) or a poll. That costs one
 // ordered op per poll: a gateway polls the sessions that hold watches
 // every few milliseconds while they are idle, and the others only to
 // renew them, so an event reaches an idle client within a poll interval
-// and a round of the protocol, and an idle gateway with watches costs the
-// cluster a few batches a second. Queues are bounded, each
+// and a round of the protocol, and a gateway whose sessions hold watches
+// costs the cluster one ordered op per poll interval, however many
+// sessions it has (100 a second at gateway.Config's default). Queues are bounded, each
 // (Config.MaxQueuedBytes) and all together (Config.MaxQueuedTotal); a
 // session whose event does not fit loses it and later ones until it
 // collects what it has, and is then told to reconnect, which registers
