@@ -81,7 +81,7 @@ var layers = []layer{
 
 	// Programs on top.
 	{"measuring", []string{"internal/stats", "benchmarks/internal/benchkit"}, nil},
-	{"commands", []string{"cmd/echo", "cmd/bft", "cmd/coord", "benchmarks", "benchmarks/echobench", "benchmarks/rdmabench", "benchmarks/bftbench"},
+	{"commands", []string{"cmd/echo", "cmd/bft", "cmd/coord", "benchmarks", "benchmarks/echobench", "benchmarks/rdmabench", "benchmarks/bftbench", "benchmarks/coordbench"},
 		[]string{"metrics", "rdma transport", "bft driver", "bft services", "coordination gateway", "measuring"}},
 }
 

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/rubin-go/rubin/benchmarks/internal/benchkit"
+)
+
+func TestParseSummary(t *testing.T) {
+	line := "system=coord clients=16 size=64 seconds=2.00 ops=4000 ops_per_s=2000 p50_us=6904 p99_us=20021"
+	s, err := parseSummary(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.rate != 2000 || s.p50 != 6904 || s.p99 != 20021 || s.line != line {
+		t.Errorf("parseSummary = %+v", s)
+	}
+	for _, bad := range []string{"", "system=coord ops_per_s=1 p50_us=2", strings.Replace(line, "p99_us=20021", "p99_us=x", 1)} {
+		if _, err := parseSummary(bad); err == nil {
+			t.Errorf("parseSummary(%q) succeeded", bad)
+		}
+	}
+}
+
+// TestVerdicts judges the goals from medians against the ensemble's at the
+// same client count, and only where both were measured.
+func TestVerdicts(t *testing.T) {
+	r := newResults(config{systems: []string{ensemble, ours}, clients: []int{1, 16, 64}})
+	r.add(ensemble, 1, sample{rate: 1000, p50: 1000}, nil)
+	r.add(ours, 1, sample{rate: 900, p50: 1400}, nil)
+	r.add(ours, 1, sample{rate: 900, p50: 1600}, nil)
+	r.add(ours, 1, sample{rate: 900, p50: 1450}, nil)
+	r.add(ensemble, 16, sample{rate: 5000}, nil)
+	r.add(ours, 16, sample{rate: 4999}, nil)
+	r.add(ensemble, 64, sample{rate: 5000}, nil)
+	r.add(ours, 64, sample{}, errors.New("it broke"))
+	got := strings.Join(r.verdicts(), "\n")
+	for _, want := range []string{
+		"with 16 clients: 4999 vs 5000 (1.00x): MISSED",
+		"with 1 client: 1450 vs 1000 us (1.45x): met",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("verdicts lack %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "64 clients") {
+		t.Errorf("a goal judged without coord's figure at 64 clients:\n%s", got)
+	}
+	if r.failures() != 1 {
+		t.Errorf("failures = %d, want 1", r.failures())
+	}
+	var b strings.Builder
+	r.table().WriteText(&b)
+	if !strings.Contains(b.String(), "it broke") || !strings.Contains(b.String(), "1.45") {
+		t.Errorf("table:\n%s", &b)
+	}
+}
+
+// TestLoadAgainstZooKeeper runs the load against a real standalone
+// ZooKeeper, started and stopped as the runner does, and checks what the
+// clients left in it.
+func TestLoadAgainstZooKeeper(t *testing.T) {
+	if _, err := os.Stat(zkServerScript); err != nil {
+		t.Skip("Apache ZooKeeper is not installed (Debian package zookeeper)")
+	}
+	if _, err := exec.LookPath("java"); err != nil {
+		t.Skip("no java to run Apache ZooKeeper")
+	}
+	ctx := context.Background()
+	s, err := startSystem(ctx, &benchkit.Launcher{}, config{}, standalone, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.stop()
+	spec := loadSpec{servers: s.addrs, clients: 3, warmup: 100 * time.Millisecond, duration: 500 * time.Millisecond, size: 5}
+	res, err := spec.run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ops < 3 || len(res.lat) != res.ops || res.lat[0] <= 0 || res.lat[0] > res.lat[len(res.lat)-1] {
+		t.Errorf("result: %d ops, %d latencies, from %v to %v", res.ops, len(res.lat), res.lat[0], res.lat[len(res.lat)-1])
+	}
+	line := res.line(spec)
+	if _, err := parseSummary(line); err != nil || !strings.HasPrefix(line, "clients=3 size=5 seconds=0.50 ") {
+		t.Errorf("summary %q: %v", line, err)
+	}
+	c, _, err := zk.Connect(s.addrs, sessionTimeout, zk.WithLogger(quiet{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range 3 {
+		data, st, err := c.Get(znode(i))
+		if err != nil || string(data) != "vvvvv" || st.Version < 1 {
+			t.Errorf("%s: %q, %+v, %v: want the value set at least once", znode(i), data, st, err)
+		}
+	}
+	if _, _, err := c.Get(znode(3)); !errors.Is(err, zk.ErrNoNode) {
+		t.Errorf("%s: %v, want no node", znode(3), err)
+	}
+	c.Close()
+	s.stop()
+	if err := s.check(); err == nil {
+		t.Error("the server still runs after stop")
+	}
+}
