@@ -13,9 +13,11 @@
 # in a throw-away virtual machine with a Soft-RoCE device
 # (scripts/rdma-test.sh; no RDMA hardware needed), a short fuzz pass over
 # every Fuzz target, and quick passes of the benchmark runners: echo, RDMA
-# (scripts/rdma-bench.sh, in another VM) and BFT (scripts/bft-bench.sh, on
-# the host and in a third VM), so that none rots. Every check runs even if
-# an earlier one fails; the exit status is nonzero if any failed.
+# (scripts/rdma-bench.sh, in another VM), BFT (scripts/bft-bench.sh, on
+# the host and in a third VM) and the coordination service against Apache
+# ZooKeeper (scripts/coord-bench.sh, on the host), so that none rots.
+# Every check runs even if an earlier one fails; the exit status is
+# nonzero if any failed.
 set -euo pipefail
 
 # staticcheck_version is the staticcheck release used; v0.8.x supports Go 1.26.
@@ -154,6 +156,7 @@ check "fuzz ($fuzztime per target)" fuzz
 check "echo benchmark, quick" go run ./benchmarks/echobench -quick
 check "RDMA benchmark in a Soft-RoCE VM, quick" bash scripts/rdma-bench.sh -quick
 check "BFT benchmark on the host and in a Soft-RoCE VM, quick" bash scripts/bft-bench.sh -quick
+check "coordination service against Apache ZooKeeper, quick" bash scripts/coord-bench.sh -quick
 
 section "summary"
 if [[ ${#failed[@]} -gt 0 ]]; then
