@@ -226,7 +226,7 @@ func (r *Replica) onBatch(m *Batch) error {
 		e.pp = &full
 		if e.view == r.view && m.Seq > r.lastExec {
 			for i := range full.Batch {
-				r.proposed[reqKey{full.Batch[i].Client, full.Batch[i].Timestamp}] = m.Seq
+				r.noteProposed(&full.Batch[i], m.Seq)
 			}
 		}
 	}

@@ -101,6 +101,7 @@ func TestFloodingClientRefused(t *testing.T) {
 			cfg := func(c *bft.Config) {
 				smallCfg(c)
 				c.MaxBatch, c.MaxPending, c.MaxPendingBytes = 8, 32, tc.maxBytes
+				c.MaxPendingPerClient = 4
 			}
 			n := newNet(t, simnet.Options{Clients: 3, Seed: 52, Config: cfg, Codec: true})
 			n.MaxDelay = 2 // requests pend across ticks

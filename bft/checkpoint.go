@@ -27,11 +27,16 @@ func (r *Replica) newOwnCheckpoint(seq uint64, state []byte) *ownCheckpoint {
 
 // takeCheckpoint captures the current state as of seq.
 func (r *Replica) takeCheckpoint(seq uint64) *ownCheckpoint {
-	replies := make([]Reply, 0, len(r.replies))
-	for _, rp := range r.replies {
-		replies = append(replies, *rp)
+	var replies []Reply
+	for _, rs := range r.replies {
+		for _, rp := range rs {
+			replies = append(replies, *rp)
+		}
 	}
-	sort.Slice(replies, func(i, j int) bool { return replies[i].Client < replies[j].Client })
+	sort.Slice(replies, func(i, j int) bool {
+		a, b := &replies[i], &replies[j]
+		return a.Client < b.Client || a.Client == b.Client && a.Timestamp < b.Timestamp
+	})
 	return r.newOwnCheckpoint(seq, encodeState(&coreState{time: r.agreedTime, replies: replies, notes: r.noteState()}, r.cfg.App.Snapshot()))
 }
 

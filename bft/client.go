@@ -14,6 +14,11 @@ import (
 type ClientConfig struct {
 	ID ClientID
 	N  int // replicas
+	// Window bounds the ordered requests outstanding at once, at most the
+	// replicas' Config.ClientWindow; their timestamps are consecutive and
+	// they execute in that order, each once, and their results come in
+	// that order too. Default 1: closed loop.
+	Window int
 	// RetransmitTicks: without a result after this many ticks, the
 	// request goes again, to every replica; a read-only request (see
 	// ProposeRead) is ordered instead. Default 20.
@@ -36,22 +41,30 @@ type ClientConfig struct {
 	StartTimestamp uint64
 }
 
-// Client is the deterministic core of a PBFT client: one outstanding
-// request at a time (closed loop), ordered (Propose) or read-only
-// (ProposeRead). Like Replica it has no goroutines,
-// clocks or I/O and is not safe for concurrent use.
+// Client is the deterministic core of a PBFT client: up to Window ordered
+// requests outstanding (Propose), or one read-only request (ProposeRead).
+// Like Replica it has no goroutines, clocks or I/O and is not safe for
+// concurrent use.
 type Client struct {
 	cfg     ClientConfig
 	f       int
 	q       int // 2f+1, the replies a read-only result needs
 	ts      uint64
 	view    uint64 // the view replies last showed
-	out     *Request
-	replies map[ReplicaID]*Reply
-	timer   int
+	started bool   // an ordered request was sent: the next follows it
+	out     []*outstanding
+	timer   int // ticks since the oldest outstanding request progressed
 	sends   []Envelope
 	done    []Result
 	notes   noteQueue
+}
+
+// outstanding is a request awaiting its result, or holding its result
+// until the earlier ones have theirs.
+type outstanding struct {
+	req     *Request
+	replies map[ReplicaID]*Reply
+	result  *Result
 }
 
 // errLateReply is Step's error for a reply to no outstanding request.
@@ -89,6 +102,9 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.RetransmitTicks <= 0 {
 		cfg.RetransmitTicks = 20
 	}
+	if cfg.Window <= 0 {
+		cfg.Window = 1
+	}
 	if cfg.FirstNote == 0 {
 		cfg.FirstNote = 1
 	}
@@ -98,24 +114,30 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.NoteBuffer <= 0 {
 		cfg.NoteBuffer = 1 << 20
 	}
-	c := &Client{cfg: cfg, ts: cfg.StartTimestamp, replies: make(map[ReplicaID]*Reply)}
+	c := &Client{cfg: cfg, ts: cfg.StartTimestamp}
 	c.f, c.q = quorum.Faults(cfg.N), quorum.Quorum(cfg.N)
 	c.notes.init(c)
 	return c, nil
 }
 
 // Propose sends op to the primary of the last view seen and returns the
-// request's timestamp; the result comes in a later Ready's Done.
+// request's timestamp; the result comes in a later Ready's Done, after
+// the results of the requests proposed before it. It fails with ErrBusy
+// when Window requests, or a read-only one, are outstanding. The client's
+// first ordered request is flagged Restart: the replicas need not have
+// executed the timestamps below it.
 func (c *Client) Propose(op []byte) (uint64, error) {
-	if c.out != nil {
+	if len(c.out) >= c.cfg.Window || len(c.out) > 0 && c.out[0].req.ReadOnly {
 		return 0, ErrBusy
 	}
 	c.ts++
-	req := &Request{Client: c.cfg.ID, Timestamp: c.ts, Op: op}
+	req := &Request{Client: c.cfg.ID, Timestamp: c.ts, Restart: !c.started, Op: op}
+	c.started = true
 	c.cfg.Sign(req)
-	c.out = req
-	clear(c.replies)
-	c.timer = 0
+	if len(c.out) == 0 {
+		c.timer = 0
+	}
+	c.out = append(c.out, &outstanding{req: req, replies: make(map[ReplicaID]*Reply)})
 	c.sends = append(c.sends, Envelope{To: ToReplica(ReplicaID(c.view % uint64(c.cfg.N))), Msg: req})
 	return c.ts, nil
 }
@@ -127,17 +149,16 @@ func (c *Client) Propose(op []byte) (uint64, error) {
 // happen any more (their answers differ: a write ran concurrently, a
 // replica lags or lies) or RetransmitTicks pass first, op is proposed as
 // an ordered request of the same timestamp, and its result is accepted
-// as Propose's are. Like Propose, it needs no request outstanding. A read
-// answered without ordering leaves the timestamp unused: the next
-// request gets it again.
+// as Propose's are. It needs no request outstanding, so that the read
+// sees the client's own writes. A read answered without ordering leaves
+// the timestamp unused: the next request gets it again.
 func (c *Client) ProposeRead(op []byte) (uint64, error) {
-	if c.out != nil {
+	if len(c.out) > 0 {
 		return 0, ErrBusy
 	}
 	req := &Request{Client: c.cfg.ID, Timestamp: c.ts + 1, ReadOnly: true, Op: op}
 	c.cfg.Sign(req)
-	c.out = req
-	clear(c.replies)
+	c.out = append(c.out, &outstanding{req: req, replies: make(map[ReplicaID]*Reply)})
 	c.timer = 0
 	c.toAll(req)
 	return req.Timestamp, nil
@@ -145,11 +166,13 @@ func (c *Client) ProposeRead(op []byte) (uint64, error) {
 
 // order turns the outstanding read-only request into an ordered one.
 func (c *Client) order() {
-	c.ts = c.out.Timestamp
-	req := &Request{Client: c.cfg.ID, Timestamp: c.ts, Op: c.out.Op}
+	o := c.out[0]
+	c.ts = o.req.Timestamp
+	req := &Request{Client: c.cfg.ID, Timestamp: c.ts, Restart: !c.started, Op: o.req.Op}
+	c.started = true
 	c.cfg.Sign(req)
-	c.out = req
-	clear(c.replies)
+	o.req = req
+	clear(o.replies)
 	c.timer = 0
 	c.sends = append(c.sends, Envelope{To: ToReplica(ReplicaID(c.view % uint64(c.cfg.N))), Msg: req})
 }
@@ -174,23 +197,29 @@ func (c *Client) Step(from ReplicaID, rep *Reply) error {
 	if rep.Client != c.cfg.ID {
 		return fmt.Errorf("%w: reply for client %d", ErrInvalid, rep.Client)
 	}
-	if c.out == nil || rep.Timestamp != c.out.Timestamp || rep.ReadOnly != c.out.ReadOnly {
+	var o *outstanding
+	if len(c.out) > 0 && rep.Timestamp >= c.out[0].req.Timestamp {
+		if i := rep.Timestamp - c.out[0].req.Timestamp; i < uint64(len(c.out)) {
+			o = c.out[i] // timestamps are consecutive
+		}
+	}
+	if o == nil || o.result != nil || rep.ReadOnly != o.req.ReadOnly {
 		// Every request's replies after the f+1st end here: not
 		// formatted, it is the common case.
 		return errLateReply
 	}
-	c.replies[from] = rep
+	o.replies[from] = rep
 	var buf [16]uint64
 	views := buf[:0]
 	best := 0
-	for _, o := range c.replies {
-		if sameResult(o, rep) {
-			views = append(views, o.View)
+	for _, a := range o.replies {
+		if sameResult(a, rep) {
+			views = append(views, a.View)
 		}
 		if rep.ReadOnly {
 			k := 0
-			for _, p := range c.replies {
-				if sameResult(o, p) {
+			for _, b := range o.replies {
+				if sameResult(a, b) {
 					k++
 				}
 			}
@@ -200,7 +229,7 @@ func (c *Client) Step(from ReplicaID, rep *Reply) error {
 	need := c.f + 1
 	if rep.ReadOnly {
 		need = c.q
-		if best+c.cfg.N-len(c.replies) < need {
+		if best+c.cfg.N-len(o.replies) < need {
 			// The replicas yet to answer cannot make any result reach
 			// 2f+1: order the request.
 			c.order()
@@ -216,10 +245,20 @@ func (c *Client) Step(from ReplicaID, rep *Reply) error {
 	if v := views[c.f]; v > c.view {
 		c.view = v
 	}
-	c.done = append(c.done, Result{Timestamp: rep.Timestamp, Result: rep.Result, Notes: rep.Notes, ReadOnly: rep.ReadOnly})
+	o.result = &Result{Timestamp: rep.Timestamp, Result: rep.Result, Notes: rep.Notes, ReadOnly: rep.ReadOnly}
+	o.replies = nil
 	c.notes.known = max(c.notes.known, rep.Notes)
-	c.out = nil
-	clear(c.replies)
+	// Results come out in timestamp order.
+	k := 0
+	for k < len(c.out) && c.out[k].result != nil {
+		c.done = append(c.done, *c.out[k].result)
+		k++
+	}
+	if k > 0 {
+		clear(c.out[:k])
+		c.out = c.out[k:]
+		c.timer = 0
+	}
 	return nil
 }
 
@@ -227,14 +266,15 @@ func sameResult(a, b *Reply) bool {
 	return a.Notes == b.Notes && bytes.Equal(a.Result, b.Result)
 }
 
-// Tick advances the client's clock; on RetransmitTicks without a result
-// the request goes to every replica (backups forward it to the primary
-// and start their timers, which is what unseats a faulty primary). A
+// Tick advances the client's clock; after RetransmitTicks without a
+// result, every outstanding request goes to every replica (backups
+// forward it to the primary and start their timers, which is what
+// unseats a faulty primary), and a read-only request is ordered. A
 // client that knows of notifications it has not delivered for
 // RetransmitTicks asks every replica for them (FetchNotes).
 func (c *Client) Tick() {
 	c.notes.tick()
-	if c.out == nil {
+	if len(c.out) == 0 {
 		return
 	}
 	c.timer++
@@ -242,15 +282,22 @@ func (c *Client) Tick() {
 		return
 	}
 	c.timer = 0
-	if c.out.ReadOnly {
+	if c.out[0].req.ReadOnly {
 		c.order()
 		return
 	}
-	c.toAll(c.out)
+	for _, o := range c.out {
+		if o.result == nil {
+			c.toAll(o.req)
+		}
+	}
 }
 
 // Outstanding reports whether a request awaits its result.
-func (c *Client) Outstanding() bool { return c.out != nil }
+func (c *Client) Outstanding() bool { return len(c.out) > 0 }
+
+// InFlight is the number of requests outstanding.
+func (c *Client) InFlight() int { return len(c.out) }
 
 // Ready returns what accumulated since the last call and clears it.
 func (c *Client) Ready() ClientReady {

@@ -10,7 +10,8 @@ import (
 
 // Config configures a Replica. Every replica of a cluster must use the same
 // N, CheckpointInterval, WatermarkWindow, MaxBatch, MaxBatchBytes,
-// MaxOpSize, StateChunkBytes, NoteRetain, NoteRetainBytes and MaxNoteBytes: they decide which messages are valid
+// MaxOpSize, StateChunkBytes, ClientWindow, NoteRetain, NoteRetainBytes and
+// MaxNoteBytes: they decide which messages are valid
 // (StateChunkBytes is part of every checkpoint digest). The tick counts may
 // differ.
 type Config struct {
@@ -70,13 +71,18 @@ type Config struct {
 	// authenticator and a fixed charge each). Default 4*MaxBatchBytes:
 	// like MaxPending, four full batches.
 	MaxPendingBytes int
+	// ClientWindow bounds the ordered requests a client has outstanding
+	// (ClientConfig.Window): a replica caches each client's last
+	// ClientWindow replies, replicated state, so every replica of a
+	// cluster must use the same value. Default 16.
+	ClientWindow int
 	// MaxPendingPerClient bounds the requests of one client a replica
 	// holds, so one client cannot fill MaxPending and starve the others.
-	// A correct client has one request outstanding (a Client is closed
-	// loop), and a replica may still hold its previous one for a moment
-	// (until it executes here); beyond the quota, a client's newer
-	// request replaces its oldest held one and an older one is refused
-	// (ErrFull). Default 4.
+	// A correct client has at most ClientWindow requests outstanding,
+	// and a replica may still hold earlier ones for a moment (until they
+	// execute here); beyond the quota, a client's newer request replaces
+	// its oldest held one and an older one is refused (ErrFull). Default
+	// 2*ClientWindow, at most a quarter of MaxPending (at least 4).
 	MaxPendingPerClient int
 	// NoteRetain is how many of each client's latest notifications (see
 	// ExecContext.Notify) a replica keeps, to send again to a client that
@@ -188,7 +194,8 @@ func (c *Config) fill() error {
 	def(&c.MaxOpSize, 64<<10)
 	def(&c.MaxPending, 4*c.MaxBatch)
 	def(&c.MaxPendingBytes, 4*c.MaxBatchBytes)
-	def(&c.MaxPendingPerClient, 4)
+	def(&c.ClientWindow, 16)
+	def(&c.MaxPendingPerClient, min(2*c.ClientWindow, max(4, c.MaxPending/4)))
 	def(&c.MaxFutureBytes, 2*c.MaxBatchBytes)
 	def(&c.MaxReads, 4*c.MaxBatch)
 	def(&c.NoteRetain, 64)

@@ -97,6 +97,22 @@
 // makes reads linearizable (see Querier for the argument); reads wait in
 // a bounded queue until then (Config.MaxReads, one per client).
 //
+// # Pipelined requests
+//
+// A Client may have up to ClientConfig.Window ordered requests
+// outstanding (at most the replicas' Config.ClientWindow), with
+// consecutive timestamps. A replica executes a client's request only
+// right after the client's previous timestamp (or, for the first request
+// of a client that starts afresh, flagged Restart, after any lower one),
+// so the requests execute in the client's order, each once, whatever
+// order a primary proposes them in: one out of order is not executed but
+// held and proposed again after its predecessor, and a correct primary
+// proposes them in order to begin with. Replicas cache each client's last
+// ClientWindow replies, so a retransmitted request of the window is
+// answered from the cache; the client delivers the results in timestamp
+// order. A held request that waits for its client's earlier one is not
+// timed against the primary.
+//
 // # Notifications
 //
 // During Execute the application may emit notifications for any client
@@ -154,8 +170,9 @@
 // NoteRetain and NoteRetainBytes per client, replicated state like the
 // reply cache.
 // Status reports the accounted bytes (PendingBytes, BufferedBytes). The
-// reply cache holds one reply per client that ever had a request
-// executed; it is replicated state, so it is not trimmed. State
+// reply cache holds the last ClientWindow replies of every client that
+// ever had a request executed; it is replicated state, so it is not
+// trimmed further. State
 // transfer: at most one fetch, its buffer at most MaxStateBytes; per peer,
 // at most one chunk request waiting; served chunks alias the state bytes
 // of the replica's own checkpoints.

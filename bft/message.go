@@ -61,32 +61,43 @@ const (
 // replies, and no pre-prepare may hold it. The authenticator covers
 // ReadOnly, so nobody can turn a client's read into an ordered request or
 // back.
+//
+// A client's ordered requests execute in timestamp order, each at most
+// once: a request executes only right after the client's request
+// Timestamp-1, unless it is flagged Restart, the first request of a
+// client that starts afresh, which may follow any lower timestamp (see
+// window.go).
 type Request struct {
 	Client    ClientID
 	Timestamp uint64
 	ReadOnly  bool
+	Restart   bool
 	Op        []byte
 	Auth      []byte
 }
 
 // requestFlags encodes a request's flags as the codec, its authenticator
-// and BatchDigest take them: bit 0 is ReadOnly.
+// and BatchDigest take them: bit 0 is ReadOnly, bit 1 Restart.
 func requestFlags(r *Request) uint64 {
+	var f uint64
 	if r.ReadOnly {
-		return 1
+		f |= 1
 	}
-	return 0
+	if r.Restart {
+		f |= 2
+	}
+	return f
 }
 
 // RequestFlags returns the flag bits of r, for codecs and authenticators:
-// bit 0 is ReadOnly; the others are 0.
+// bit 0 is ReadOnly, bit 1 Restart; the others are 0.
 func RequestFlags(r *Request) uint64 { return requestFlags(r) }
 
 // SetRequestFlags sets r's flags from their bits, as RequestFlags gives
 // them, and reports false if a bit it does not know is set.
 func SetRequestFlags(r *Request, f uint64) bool {
-	r.ReadOnly = f&1 != 0
-	return f&^1 == 0
+	r.ReadOnly, r.Restart = f&1 != 0, f&2 != 0
+	return f&^3 == 0
 }
 
 // Reply is a replica's answer to a request. The client accepts a result

@@ -148,7 +148,7 @@ func (r *Replica) acceptPrePrepare(e *entry, pp *PrePrepare) {
 	}
 	if pp.Seq > r.lastExec {
 		for i := range pp.Batch {
-			r.proposed[reqKey{pp.Batch[i].Client, pp.Batch[i].Timestamp}] = pp.Seq
+			r.noteProposed(&pp.Batch[i], pp.Seq)
 		}
 	}
 	if !r.isPrimary() {
@@ -318,19 +318,28 @@ func (r *Replica) execute(e *entry) {
 	for i := range e.batch {
 		req := &e.batch[i]
 		k := reqKey{req.Client, req.Timestamp}
-		r.pending.removeUpTo(req.Client, req.Timestamp)
 		delete(r.proposed, k)
+		if r.propTop[req.Client] <= req.Timestamp {
+			delete(r.propTop, req.Client)
+		}
 		// Every replica skips the same requests: the reply cache is
-		// replicated state, so this is deterministic.
-		if last := r.replies[req.Client]; last != nil && req.Timestamp <= last.Timestamp {
+		// replicated state, so this is deterministic. One that does not
+		// follow its client's last stays held, to be proposed again.
+		last := r.lastTS(req.Client)
+		if req.Timestamp <= last {
+			r.pending.removeUpTo(req.Client, last)
 			continue
 		}
+		if !inOrder(req, last) {
+			continue
+		}
+		r.pending.removeUpTo(req.Client, req.Timestamp)
 		ctx.Client, ctx.Index = req.Client, i
 		r.executing = true
 		res := r.cfg.App.Execute(ctx, req.Op)
 		r.executing = false
 		rep := &Reply{View: r.view, Timestamp: req.Timestamp, Client: req.Client, Replica: r.id, Notes: r.lastNote(req.Client), Result: res}
-		r.replies[req.Client] = rep
+		r.cacheReply(rep)
 		r.out = append(r.out, Envelope{To: ToClient(req.Client), Msg: rep})
 	}
 	r.lastExec = e.seq

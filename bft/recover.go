@@ -72,11 +72,7 @@ func (r *Replica) restoreCheckpoint(sn *Snapshot) error {
 	if err := r.cfg.App.Restore(snap); err != nil {
 		return fmt.Errorf("%w: recover: restore checkpoint %d: %v", ErrInvalid, sn.Seq, err)
 	}
-	for i := range cs.replies {
-		rp := cs.replies[i]
-		rp.Replica = r.id
-		r.replies[rp.Client] = &rp
-	}
+	r.installReplies(cs.replies)
 	r.agreedTime = cs.time
 	r.installNotes(cs.notes)
 	delete(r.ckpts, 0)

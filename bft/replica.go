@@ -47,9 +47,11 @@ type Replica struct {
 	// Client bookkeeping: replies is the reply cache (replicated state),
 	// pending the verified requests neither executed nor (at the primary)
 	// proposed, proposed the requests in the current view's log.
-	replies  map[ClientID]*Reply
+	replies  map[ClientID][]*Reply // each client's last ClientWindow, oldest first
 	pending  pendingQueue
 	proposed map[reqKey]uint64
+	// propTop is each client's highest timestamp in proposed.
+	propTop map[ClientID]uint64
 	// Read-only requests waiting to be answered (read.go), and their
 	// accounted bytes.
 	reads     []heldRead
@@ -245,7 +247,8 @@ func NewReplica(cfg Config) (*Replica, error) {
 		q:          cfg.q(),
 		f:          cfg.f(),
 		log:        make(map[uint64]*entry),
-		replies:    make(map[ClientID]*Reply),
+		replies:    make(map[ClientID][]*Reply),
+		propTop:    make(map[ClientID]uint64),
 		notes:      make(map[ClientID]*noteLog),
 		noteServed: make(map[ClientID]bool),
 		proposed:   make(map[reqKey]uint64),
@@ -569,6 +572,7 @@ func (r *Replica) prune() {
 // so the primary does not propose them twice.
 func (r *Replica) rebuildProposed() {
 	clear(r.proposed)
+	clear(r.propTop)
 	seqs := make([]uint64, 0, len(r.log))
 	for s := range r.log {
 		seqs = append(seqs, s)
@@ -587,7 +591,7 @@ func (r *Replica) rebuildProposed() {
 			b = e.pp.Batch
 		}
 		for i := range b {
-			r.proposed[reqKey{b[i].Client, b[i].Timestamp}] = s
+			r.noteProposed(&b[i], s)
 		}
 	}
 }

@@ -110,11 +110,18 @@ func (r *Replica) oldestUnproposed() (since uint64, ok bool) {
 		if _, held := p.byKey[k]; !held {
 			continue
 		}
-		if last := r.replies[k.client]; last != nil && k.ts <= last.Timestamp {
+		last := r.lastTS(k.client)
+		if k.ts <= last {
 			p.remove(k)
 			continue
 		}
 		if _, in := r.proposed[k]; in {
+			continue
+		}
+		if !inOrder(p.byKey[k], max(last, r.propTop[k.client])) {
+			// It waits for its client's earlier request, which is the
+			// one to time: a client cannot make the primary look slow
+			// with a request no primary may propose yet.
 			continue
 		}
 		return p.since[k], true
@@ -152,18 +159,18 @@ func (r *Replica) onRequest(req *Request, fromClient, authFirst bool) error {
 	if authFirst && !r.cfg.Auth.VerifyRequest(req) {
 		return fmt.Errorf("%w: request %d of client %d: bad authenticator", ErrForged, req.Timestamp, req.Client)
 	}
-	if last := r.replies[req.Client]; last != nil && req.Timestamp <= last.Timestamp {
-		if req.Timestamp == last.Timestamp {
+	if last := r.lastTS(req.Client); req.Timestamp <= last {
+		if cached := r.cachedReply(req.Client, req.Timestamp); cached != nil {
 			// The client missed our reply: send it again, in our view so
 			// the client learns the current primary. Not re-executed.
-			rep := *last
+			rep := *cached
 			// In our view and under our name: a cached reply may come
 			// from another replica's state (a state transfer).
 			rep.View, rep.Replica = r.view, r.id
 			r.out = append(r.out, Envelope{To: ToClient(req.Client), Msg: &rep})
 			return nil
 		}
-		return fmt.Errorf("%w: request %d of client %d, executed up to %d", ErrStale, req.Timestamp, req.Client, last.Timestamp)
+		return fmt.Errorf("%w: request %d of client %d, executed up to %d", ErrStale, req.Timestamp, req.Client, last)
 	}
 	k := reqKey{req.Client, req.Timestamp}
 	held, inPending := r.pending.byKey[k]
@@ -181,8 +188,8 @@ func (r *Replica) onRequest(req *Request, fromClient, authFirst bool) error {
 	if !authFirst && !r.cfg.Auth.VerifyRequest(req) {
 		return fmt.Errorf("%w: request %d of client %d: bad authenticator", ErrForged, req.Timestamp, req.Client)
 	}
-	if last := r.replies[req.Client]; last != nil {
-		r.pending.removeUpTo(req.Client, last.Timestamp)
+	if last := r.lastTS(req.Client); last != 0 {
+		r.pending.removeUpTo(req.Client, last)
 	}
 	// At its quota, a client's request replaces the client's oldest held
 	// one, if it is newer. A correct client sends a request only once its
@@ -293,6 +300,7 @@ func (r *Replica) propose(force bool) {
 func (r *Replica) collectBatch() (batch []Request, full bool) {
 	bytes := 0
 	r.pending.compact()
+	top := make(map[ClientID]uint64)
 	for _, k := range r.pending.order {
 		req, ok := r.pending.byKey[k]
 		if !ok {
@@ -301,12 +309,15 @@ func (r *Replica) collectBatch() (batch []Request, full bool) {
 		if _, ok := r.proposed[k]; ok {
 			continue
 		}
-		if last := r.replies[k.client]; last != nil && k.ts <= last.Timestamp {
+		if k.ts <= r.lastTS(k.client) {
 			r.pending.remove(k)
 			continue
 		}
 		if len(batch) == r.cfg.MaxBatch || bytes+len(req.Op) > r.cfg.MaxBatchBytes {
 			return batch, true
+		}
+		if !r.nextProposable(req, top) {
+			continue // after its predecessor, in a later batch
 		}
 		bytes += len(req.Op)
 		batch = append(batch, *req)

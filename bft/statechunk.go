@@ -7,10 +7,10 @@ import (
 )
 
 // A checkpointed state is one byte string, the state bytes: the agreed
-// time (a uvarint); the reply cache, a uvarint count and, for each client
-// in increasing order, its ID, the timestamp, the notification count and
-// the result (a uvarint length and the bytes) of its last executed
-// request; the notifications, a uvarint count and, for each client in
+// time (a uvarint); the reply cache, a uvarint count and, for each reply
+// in increasing order of client and timestamp (a client's last
+// ClientWindow executed requests), the client's ID, the timestamp, the
+// notification count and the result (a uvarint length and the bytes); the notifications, a uvarint count and, for each client in
 // increasing order, its ID, the number its next notification gets and the
 // notifications kept for it (a count, then each one's number and its
 // payload, length-prefixed); then the application snapshot, the rest.
@@ -147,11 +147,11 @@ func decodeState(b []byte) (*coreState, []byte, error) {
 			return nil, nil, err
 		}
 		rp.Client = ClientID(c)
-		if i > 0 && rp.Client <= cs.replies[i-1].Client {
-			return nil, nil, bad("replies not sorted by client")
-		}
 		if rp.Timestamp, err = next(); err != nil {
 			return nil, nil, err
+		}
+		if prev := &cs.replies[max(i, 1)-1]; i > 0 && (rp.Client < prev.Client || rp.Client == prev.Client && rp.Timestamp <= prev.Timestamp) {
+			return nil, nil, bad("replies not sorted by client and timestamp")
 		}
 		if rp.Notes, err = next(); err != nil {
 			return nil, nil, err

@@ -265,12 +265,7 @@ func (r *Replica) installState(own *ownCheckpoint, cert []Checkpoint) error {
 	}
 	r.agreedTime = cs.time
 	r.installNotes(cs.notes)
-	clear(r.replies)
-	for i := range cs.replies {
-		rp := cs.replies[i]
-		rp.View, rp.Replica = r.view, r.id // the cache, now ours: our replies carry our name
-		r.replies[rp.Client] = &rp
-	}
+	r.installReplies(cs.replies)
 	seq := own.seq
 	r.lastExec = seq
 	r.resync = false
@@ -283,7 +278,7 @@ func (r *Replica) installState(own *ownCheckpoint, cert []Checkpoint) error {
 		r.nextSeq = seq
 	}
 	for k := range r.pending.byKey {
-		if last := r.replies[k.client]; last != nil && k.ts <= last.Timestamp {
+		if k.ts <= r.lastTS(k.client) {
 			r.pending.remove(k)
 		}
 	}

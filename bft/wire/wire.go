@@ -9,7 +9,7 @@
 //     replica IDs) are uvarints (encoding/binary), and must be minimal: a
 //     padded varint such as 0x80 0x00 is rejected, so that every message
 //     has exactly one encoding;
-//   - a request's flags (ReadOnly) are one uvarint of bits, as
+//   - a request's flags (ReadOnly, Restart) are one uvarint of bits, as
 //     bft.RequestFlags gives them, with no unknown bit set; a reply's
 //     ReadOnly is one byte, 0 or 1;
 //   - byte slices are a uvarint length followed by the bytes;
