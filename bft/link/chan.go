@@ -19,6 +19,9 @@ import (
 // Options.HandshakeTimeout.
 var ErrHandshakeTimeout = errors.New("handshake timed out")
 
+// ErrNoRoom: a frame larger than the room Chan.Encode was given.
+var ErrNoRoom = errors.New("no room for the frame")
+
 // A Chan is a link over a non-blocking message channel (package channel),
 // for a driver that serves many links from one selector: it speaks the
 // same handshake and frames as a Link, so either end may be a Link on a
@@ -322,7 +325,8 @@ func (c *Chan) input() ([]byte, error) {
 // a caller that keeps it must copy it. A clean end between frames is
 // io.EOF, unwrapped.
 func (c *Chan) Next() ([]byte, error) {
-	if c.held != nil {
+	if c.held != nil && c.held != c.payIn {
+		// The payload returned last lay in it.
 		c.held.Release()
 		c.held = nil
 	}
@@ -423,15 +427,20 @@ func (c *Chan) verify() ([]byte, error) {
 // place: the slice's capacity is what is left of the current pool buffer,
 // and a payload that fits is written there, tagged beside it, and never
 // copied. A payload that outgrows it (enc's append moved it) is copied
-// into as many buffers as it needs. A payload larger than
-// Options.MaxFrame is not sent: Encode returns ErrFrameTooLarge, which is
-// not final. The frame leaves on Flush, or earlier when its buffer fills.
-func (c *Chan) Encode(enc func(dst []byte) []byte) (int, error) {
+// into as many buffers as it needs. The frame leaves on Flush, or
+// earlier when its buffer fills.
+//
+// A frame that cannot be sent is not, and these errors are not final: a
+// payload larger than Options.MaxFrame (ErrFrameTooLarge), a frame larger
+// than limit bytes on the wire, if limit is positive (ErrNoRoom: a driver
+// bounds what waits for a slow peer with it), and no free pool buffer
+// (bufpool.ErrExhausted).
+func (c *Chan) Encode(limit int, enc func(dst []byte) []byte) (int, error) {
 	if err := c.writable(); err != nil {
 		return 0, err
 	}
 	if err := c.room(HeaderSize + TagSize + minRoom); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("link: send to %s: %w", c.remote, err)
 	}
 	full := c.out.Full()[:c.bufCap]
 	start := c.out.Len()
@@ -439,12 +448,12 @@ func (c *Chan) Encode(enc func(dst []byte) []byte) (int, error) {
 	p := enc(room)
 	if cap(p) != cap(room) {
 		// It did not fit: p is a copy of its own.
-		if err := c.checkSize(len(p)); err != nil {
+		if err := c.checkSize(len(p), limit); err != nil {
 			return 0, err
 		}
 		return c.appendCopy(p)
 	}
-	if err := c.checkSize(len(p)); err != nil {
+	if err := c.checkSize(len(p), limit); err != nil {
 		return 0, err
 	}
 	binary.BigEndian.PutUint32(full[start:], uint32(len(p)))
@@ -467,7 +476,7 @@ func (c *Chan) room(n int) error {
 	if c.out == nil {
 		b, err := c.pool.TryGet()
 		if err != nil {
-			return c.writeFailed(err)
+			return err
 		}
 		c.out = b
 	}
@@ -478,9 +487,14 @@ func (c *Chan) room(n int) error {
 // Encode starts a new buffer.
 const minRoom = 256
 
-func (c *Chan) checkSize(n int) error {
+// checkSize tells whether a payload of n bytes may be sent, as a frame of
+// at most limit bytes if limit is positive.
+func (c *Chan) checkSize(n, limit int) error {
 	if n > c.opts.MaxFrame {
 		return fmt.Errorf("link: send to %s: %w: %d bytes, limit %d", c.remote, ErrFrameTooLarge, n, c.opts.MaxFrame)
+	}
+	if limit > 0 && HeaderSize+n+TagSize > limit {
+		return fmt.Errorf("link: send to %s: %w: a frame of %d bytes, room for %d", c.remote, ErrNoRoom, HeaderSize+n+TagSize, limit)
 	}
 	return nil
 }
@@ -503,7 +517,7 @@ func (c *Chan) Append(p []byte) (int, error) {
 	if err := c.writable(); err != nil {
 		return 0, err
 	}
-	if err := c.checkSize(len(p)); err != nil {
+	if err := c.checkSize(len(p), 0); err != nil {
 		return 0, err
 	}
 	return c.appendCopy(p)
@@ -517,7 +531,8 @@ func (c *Chan) appendCopy(p []byte) (int, error) {
 	for _, part := range [3][]byte{hdr[:], p, tag} {
 		for len(part) > 0 {
 			if err := c.room(1); err != nil {
-				return 0, err
+				// Part of the frame is written: the stream is broken.
+				return 0, c.writeFailed(err)
 			}
 			k := copy(c.out.Full()[c.out.Len():c.bufCap], part)
 			c.out.SetLen(c.out.Len() + k)
@@ -533,7 +548,10 @@ func (c *Chan) appendCopy(p []byte) (int, error) {
 // the 4-byte length, then that many payload bytes; see PutHeader) after
 // the frames before it, and its tag after it. b may go to many Chans: each
 // retains it, so the caller keeps its own reference and releases it when
-// it has handed b to all. It returns the frame's size on the wire.
+// it has handed b to all. b must fit one message of the channel. It
+// returns the frame's size on the wire. Without a free pool buffer for
+// the tag it sends nothing and fails with bufpool.ErrExhausted, which is
+// not final.
 func (c *Chan) SendShared(b *bufpool.Buffer) (int, error) {
 	if err := c.writable(); err != nil {
 		return 0, err
@@ -543,21 +561,23 @@ func (c *Chan) SendShared(b *bufpool.Buffer) (int, error) {
 		return 0, fmt.Errorf("link: send to %s: shared buffer of %d bytes is not one frame without its tag", c.remote, len(fr))
 	}
 	p := fr[HeaderSize:]
-	if err := c.checkSize(len(p)); err != nil {
+	if err := c.checkSize(len(p), 0); err != nil {
 		return 0, err
 	}
+	o, err := c.pool.TryGet() // for the tag
+	if err != nil {
+		return 0, fmt.Errorf("link: send to %s: %w", c.remote, err)
+	}
 	if err := c.emit(); err != nil {
+		o.Release()
 		return 0, err
 	}
 	tag := c.sign(p)
 	b.Retain()
 	c.queued += len(fr)
 	if err := c.send(b); err != nil {
+		o.Release()
 		return 0, err
-	}
-	o, err := c.pool.TryGet()
-	if err != nil {
-		return 0, c.writeFailed(err)
 	}
 	o.Write(tag)
 	c.out = o
@@ -592,8 +612,7 @@ func (c *Chan) send(b *bufpool.Buffer) error {
 			return nil
 		}
 		if !errors.Is(err, channel.ErrWouldBlock) {
-			b.Release()
-			return c.writeFailed(err)
+			return c.writeFailed(err) // the channel took b all the same
 		}
 	}
 	c.pending = append(c.pending, b)
@@ -613,10 +632,10 @@ func (c *Chan) Flush() error {
 	for len(c.pending) > 0 {
 		b := c.pending[0]
 		n := b.Len()
-		if err := c.conn.Send(b); err != nil {
-			if errors.Is(err, channel.ErrWouldBlock) {
-				return err
-			}
+		if err := c.conn.Send(b); errors.Is(err, channel.ErrWouldBlock) {
+			return err
+		} else if err != nil {
+			c.pending = c.pending[1:] // the channel took b all the same
 			return c.writeFailed(err)
 		}
 		c.pending[0] = nil
@@ -651,6 +670,10 @@ func (c *Chan) Buffered() bool { return c.in != nil && c.inOff < c.in.Len() }
 
 // Queued returns the bytes appended and not yet taken by the channel.
 func (c *Chan) Queued() int { return c.queued }
+
+// Waiting returns how many pool buffers wait for the channel to take
+// them: what a slow peer holds of the pool.
+func (c *Chan) Waiting() int { return len(c.pending) }
 
 func (c *Chan) writeFailed(err error) error {
 	c.werr = fmt.Errorf("link: send to %s: %w", c.remote, err)

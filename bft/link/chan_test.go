@@ -265,7 +265,7 @@ func TestChanFrames(t *testing.T) {
 	for i, p := range ps {
 		var err error
 		if i%2 == 0 {
-			_, err = d.c.Encode(func(dst []byte) []byte { return append(dst, p...) })
+			_, err = d.c.Encode(0, func(dst []byte) []byte { return append(dst, p...) })
 		} else {
 			_, err = d.c.Append(p)
 		}
@@ -293,8 +293,11 @@ func TestChanFrames(t *testing.T) {
 	if _, err := d.c.Append(make([]byte, 11)); !errors.Is(err, ErrFrameTooLarge) {
 		t.Fatalf("an 11-byte frame over a limit of 10: %v", err)
 	}
-	if _, err := d.c.Encode(func(dst []byte) []byte { return append(dst, make([]byte, 11)...) }); !errors.Is(err, ErrFrameTooLarge) {
+	if _, err := d.c.Encode(0, func(dst []byte) []byte { return append(dst, make([]byte, 11)...) }); !errors.Is(err, ErrFrameTooLarge) {
 		t.Fatalf("an 11-byte frame over a limit of 10: %v", err)
+	}
+	if _, err := d.c.Encode(HeaderSize+3+TagSize, func(dst []byte) []byte { return append(dst, "four"...) }); !errors.Is(err, ErrNoRoom) {
+		t.Fatalf("a 4-byte payload in room for 3: %v", err)
 	}
 	if _, err := d.c.Append([]byte("fits")); err != nil {
 		t.Fatal(err)
@@ -359,7 +362,7 @@ func TestChanShared(t *testing.T) {
 			if _, err := e.c.SendShared(b); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := e.c.Encode(func(dst []byte) []byte { return fmt.Appendf(dst, "after %d", round) }); err != nil {
+			if _, err := e.c.Encode(0, func(dst []byte) []byte { return fmt.Appendf(dst, "after %d", round) }); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -632,3 +635,44 @@ type recordConn struct {
 func (c *recordConn) Write(p []byte) (int, error) { return c.w.Write(p) }
 
 func slicesConcat(a, b []byte) []byte { return append(bytes.Clone(a), b...) }
+
+// TestChanSplitFrame: a frame whose payload arrives in one message and
+// whose tag comes in a later one, after the receiver found nothing more
+// to read: the payload's buffer stays the Chan's until the tag verifies
+// it (the pool hands a released buffer out again at once, so a buffer
+// given back too early holds the tag by then).
+func TestChanSplitFrame(t *testing.T) {
+	key := testKey(7)
+	h := newHub(t)
+	addr := h.listen(func(conn channel.Conn) *Chan {
+		return AcceptChan(conn, Replica(1), func(p Peer) ([]byte, bool) { return key, true }, Options{})
+	})
+	l, nc := h.dialLink(addr, Replica(0), Replica(1), key)
+	defer l.Close()
+	var rec bytes.Buffer
+	wl := newLink(&recordConn{Conn: nc, w: &rec}, l.self, l.remote, nil, nil, Options{})
+	wl.wmac = l.wmac
+	for i := range 3 {
+		rec.Reset()
+		payload := bytes.Repeat([]byte{byte('a' + i)}, 5000)
+		if err := wl.Send(payload); err != nil {
+			t.Fatal(err)
+		}
+		f := rec.Bytes()
+		if _, err := nc.Write(f[:len(f)-TagSize]); err != nil {
+			t.Fatal(err)
+		}
+		wait := time.Now().Add(20 * time.Millisecond)
+		h.run("the payload to be read", func() bool { return time.Now().After(wait) })
+		if _, err := nc.Write(f[len(f)-TagSize:]); err != nil {
+			t.Fatal(err)
+		}
+		h.run("the frame", func() bool { return len(h.ends) == 1 && (len(h.ends[0].got) > i || h.ends[0].err != nil) })
+		if err := h.ends[0].err; err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(h.ends[0].got[i], payload) {
+			t.Fatalf("frame %d arrived changed", i)
+		}
+	}
+}
