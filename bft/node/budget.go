@@ -59,10 +59,3 @@ func (b *byteBudget) give(n int) {
 	}
 	b.mu.Unlock()
 }
-
-// held returns the bytes taken and not given back.
-func (b *byteBudget) held() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.max - b.avail
-}

@@ -72,13 +72,6 @@ func (c *conn) enqueueAll(frames [][]byte) int {
 	return k
 }
 
-// queued returns the frame bytes queued or being written.
-func (c *conn) queued() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.nbytes
-}
-
 func (c *conn) wake() {
 	select {
 	case c.signal <- struct{}{}:

@@ -3,26 +3,32 @@
 // (package rubin), with authenticated links (package bft/link) and the
 // cluster's keys (package bft/auth).
 //
-// Over "tcp" a node runs wherever package rubin does: on Linux over
-// rubin's TCP transport, elsewhere over package net. "rdma" needs Linux,
-// cgo and rdma-core, and a program that imports transport/rdma for its
-// side effect.
+// A Replica serves its links on the channels of rubin's transports with a
+// selector, which needs Linux; a Client runs wherever package rubin does
+// (on Linux over rubin's TCP transport, elsewhere over package net).
+// "rdma" needs Linux, cgo and rdma-core, and a program that imports
+// transport/rdma for its side effect.
 //
 // # Goroutines
 //
-// A running Replica has one goroutine that owns the core: it selects over a
-// bounded channel of decoded inbound messages, a ticker (Tick, the core's
-// tick) and ctx; after each input it drains the inbound channel without
-// blocking (up to MaxDrain messages), then takes the core's Ready once and
-// routes its envelopes. Every link has a reader goroutine (receive,
-// decode, hand over to the core; frames that arrived together, up to 64,
-// are handed over together) and a writer goroutine (drain the link's
-// queue with link.Queue and one Flush per burst). One goroutine accepts
-// connections, one per handshake in progress, and one per higher-ID peer
-// dials and redials. A Client is built the same way around one bft.Client
-// per client identity it multiplexes (ClientConfig.IDs): one goroutine
-// runs all the cores, taking every waiting reply and call before it sends,
-// so the requests of many identities to a replica share one flush.
+// A running Replica is one event loop on one goroutine: a selector
+// (package selector) serves its listener and every link, TCP and RDMA
+// alike, with the selector's adaptive spin, and the same goroutine owns
+// the core. Each pass of the loop accepts connections and advances their
+// handshakes (link.Chan, non-blocking), receives, verifies, decodes and
+// steps what the links have (up to MaxDrain messages and
+// InboundQueueBytes bytes; a link gives up its turn after a burst of 64
+// frames or 1 MiB), ticks the core when a Tick has passed, takes the
+// core's Ready once, and routes its envelopes onto the links, each link
+// flushed once at the end of the pass. There are no goroutines per link,
+// no hand-offs between goroutines and no timers besides the tick.
+//
+// A Client has one goroutine that runs one bft.Client per client identity
+// it multiplexes (ClientConfig.IDs), taking every waiting reply and call
+// before it sends, so the requests of many identities to a replica share
+// one flush. Its links run on package rubin's net.Conn face: a reader
+// and a writer goroutine per link, and one goroutine per replica that
+// dials and redials.
 //
 // # Connections
 //
@@ -50,19 +56,33 @@
 // MAC failure); messages the core rejects are counted and logged at debug
 // level, and their link stays up.
 //
-// # Queueing and back-pressure
+// # Buffers, queueing and back-pressure
 //
-//   - Inbound: one channel per replica, bounded by InboundQueue deliveries
-//     and InboundQueueBytes frame bytes over all links (a client: 64 MiB).
-//     When either is full, the link readers block, which pushes back on
-//     the senders through the transport's flow control.
-//   - Outbound: each message is encoded once per Ready (a broadcast's
-//     envelopes share its bytes) and queued per link, bounded by
-//     OutboundQueue frames and OutboundQueueBytes bytes (counting what the
-//     writer is still writing). A full queue drops the new frame, and a destination
-//     without a link drops it too: a slow or Byzantine peer cannot stall
-//     the core and through it the others. PBFT's retransmission, view
-//     synchronization and state transfer recover what was dropped.
+//   - Outbound: a message to one link is encoded straight into that
+//     link's pool buffer and tagged beside it; a broadcast is encoded once
+//     into a pool buffer, which its destinations share (each link retains
+//     it and sends its own tag after it) when it is 1 KiB or more, and
+//     which each copies when it is smaller (a copy costs less than a
+//     message for the tag). A link's frames of one pass leave in as few
+//     messages as its buffers allow. What the channel cannot take at once
+//     waits, bounded by OutboundQueue frames, OutboundQueueBytes bytes and
+//     64 pool buffers per link: a frame beyond a bound is dropped, as is
+//     a frame to a destination without a link, so a slow or Byzantine
+//     peer cannot stall the core and through it the others; PBFT's
+//     retransmission, view synchronization and state transfer recover
+//     what was dropped. A link whose output has waited longer than the
+//     link's WriteTimeout is closed.
+//   - Inbound: frames are verified in the pool buffer they arrived in, and
+//     each is copied into memory of its own before it is decoded: the
+//     core keeps what it decodes (requests in its log, signatures in its
+//     certificates), and a kept message must pin neither a receive buffer
+//     nor more memory than its own frame. The receive buffers go back to
+//     the pool at once. What a pass does not read waits in the transport,
+//     whose flow control pushes back on the senders; when the core stalls,
+//     so does the loop.
+//   - A Client queues per link (OutboundQueue frames, the same byte
+//     bound) for its writer goroutines, and bounds the replies waiting for
+//     its core to 64 MiB; a full inbound queue blocks its link readers.
 //
 // # Metrics
 //

@@ -6,37 +6,31 @@ import (
 	"log/slog"
 	"net"
 	"sync"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rubin-go/rubin/bft"
 	"github.com/rubin-go/rubin/bft/link"
 	"github.com/rubin-go/rubin/bft/wire"
 )
 
-// endpoint is the link management shared by Replica and Client: a registry
-// of the established links (at most one per peer), the goroutines that
-// dial, accept and serve them, and their shutdown.
+// endpoint is a Client's link management: a registry of the established
+// links (at most one per replica), the goroutines that dial and serve
+// them, and their shutdown. (A Replica serves its links on an event loop:
+// see loop.go.)
 type endpoint struct {
-	self     link.Peer
-	log      *slog.Logger
-	limits   wire.Limits
-	opts     link.Options
-	queue    int // outbound queue bound per link, in frames
-	qBytes   int // and in bytes
-	redial   backoff
-	dropped  *dropCounters
-	received *[len(typeNames)]prometheus.Counter // nil: not counted
-	links    prometheus.Gauge                    // nil: not counted
+	self    link.Peer
+	log     *slog.Logger
+	limits  wire.Limits
+	opts    link.Options
+	queue   int // outbound queue bound per link, in frames
+	qBytes  int // and in bytes
+	redial  backoff
+	dropped *dropCounters
 	// deliver hands decoded messages that arrived on c to the core's
 	// goroutine: m alone if ms is nil, else the burst ms (in order, at
 	// most maxBurst), with the bytes taken from inbound for them (the
 	// core gives them back once it stepped them). It blocks (back-pressure
 	// on the link) and returns false when c.done is closed.
 	deliver func(c *conn, m bft.Message, ms []bft.Message, bytes int) bool
-	// down, if set, is called after a link was unregistered.
-	down func(c *conn)
 	// inbound, if set, bounds the frame bytes delivered and not yet
 	// stepped by the core, over all links.
 	inbound *byteBudget
@@ -62,8 +56,6 @@ func (e *endpoint) register(c *conn) bool {
 	if old != nil {
 		e.log.Info("link replaced by a newer one", "peer", c.peer)
 		old.shutdown()
-	} else if e.links != nil {
-		e.links.Inc()
 	}
 	return true
 }
@@ -75,9 +67,6 @@ func (e *endpoint) unregister(c *conn) bool {
 		return false
 	}
 	delete(e.conns, c.peer)
-	if e.links != nil {
-		e.links.Dec()
-	}
 	return true
 }
 
@@ -118,9 +107,6 @@ func (e *endpoint) serve(l *link.Link) {
 	c.shutdown()
 	if e.unregister(c) {
 		e.log.Info("link down", "peer", c.peer, "err", err)
-	}
-	if e.down != nil {
-		e.down(c)
 	}
 }
 
@@ -179,9 +165,6 @@ func (e *endpoint) read(c *conn) error {
 			}
 			return err
 		}
-		if e.received != nil {
-			e.received[typeIndex(m.Type())].Inc()
-		}
 		if e.log.Enabled(context.Background(), slog.LevelDebug) {
 			e.log.Debug("received", "from", c.peer, "type", typeNames[typeIndex(m.Type())], "bytes", len(b))
 		}
@@ -221,37 +204,5 @@ func (e *endpoint) dialLoop(ctx context.Context, dial func(context.Context, stri
 		if !sleep(ctx, bo.next()) {
 			return
 		}
-	}
-}
-
-// acceptLoop accepts connections until ln fails (it is closed when ctx is
-// done) and runs the handshake and the link of each in a goroutine of its
-// own.
-func (e *endpoint) acceptLoop(ctx context.Context, ln net.Listener, lookup func(link.Peer) ([]byte, bool)) {
-	for {
-		nc, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return
-			}
-			e.log.Warn("accept failed", "err", err)
-			if !sleep(ctx, 10*time.Millisecond) {
-				return
-			}
-			continue
-		}
-		e.wg.Add(1)
-		go func() {
-			defer e.wg.Done()
-			stop := context.AfterFunc(ctx, func() { nc.Close() })
-			l, err := link.Server(nc, e.self, lookup, e.opts)
-			stop()
-			if err != nil {
-				e.dropped.inc(reasonHandshake)
-				e.log.Debug("handshake rejected", "addr", nc.RemoteAddr(), "err", err)
-				return
-			}
-			e.serve(l)
-		}()
 	}
 }

@@ -696,13 +696,11 @@ func TestMultiplexedClient(t *testing.T) {
 	}
 	// The links are those of the first identity only.
 	for i, r := range tc.reps {
-		r.ep.mu.Lock()
-		for p := range r.ep.conns {
+		for _, p := range r.linkPeers() {
 			if p.Client && p.ID != uint64(idl[0]) {
 				t.Errorf("replica %d has a link for %v", i, p)
 			}
 		}
-		r.ep.mu.Unlock()
 	}
 
 	// Cancelling abandons only the cancelled call's identity; after all

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -58,29 +59,29 @@ type ReplicaConfig struct {
 	// Registerer receives the metrics; nil: not exported (still kept).
 	Registerer prometheus.Registerer
 
-	// Listener, if set, is used (and closed by Run) instead of listening
-	// on Cluster.Replicas[ID].Addr: tests pass a listener on port 0.
+	// Listener, if set, gives the address to listen on instead of
+	// Cluster.Replicas[ID].Addr (tests pass a listener on port 0): Run
+	// closes it and listens on its address with the replica's transport,
+	// whose channels the replica serves.
 	Listener net.Listener
-	// InboundQueue bounds the deliveries of decoded messages waiting for
-	// the core (default DefaultInboundQueue): a delivery is one message,
-	// or a burst of up to 64 that arrived together on one link. A full
-	// queue blocks the links' readers (back-pressure through the
-	// transport).
+	// InboundQueue is not used by a Replica, which steps what it receives
+	// at once (see MaxDrain); it is kept so that configurations still
+	// build.
 	InboundQueue int
-	// InboundQueueBytes bounds the same deliveries in frame bytes, over
-	// all links (default DefaultInboundQueueBytes); a reader whose
-	// delivery does not fit blocks like on a full InboundQueue.
+	// InboundQueueBytes bounds the frame bytes one pass of the event loop
+	// reads from the links before it collects the core's Ready (default
+	// DefaultInboundQueueBytes); what is left waits in the transport.
 	InboundQueueBytes int
 	// OutboundQueue bounds the frames waiting per link (default
 	// DefaultOutboundQueue); a full queue drops new frames.
 	OutboundQueue int
-	// OutboundQueueBytes bounds the bytes of the frames waiting or being
-	// written per link (default DefaultOutboundQueueBytes); a frame that
-	// does not fit is dropped. A frame larger than the bound is sent only
-	// from an empty queue.
+	// OutboundQueueBytes bounds the bytes of the frames waiting per link
+	// for the channel to take them (default DefaultOutboundQueueBytes); a
+	// frame that does not fit is dropped. A frame larger than the bound
+	// is sent only from an empty queue.
 	OutboundQueueBytes int
-	// MaxDrain bounds how many inbound messages the core takes before it
-	// collects Ready (default DefaultMaxDrain; a burst is taken whole).
+	// MaxDrain bounds how many inbound messages one pass of the event
+	// loop steps before it collects Ready (default DefaultMaxDrain).
 	MaxDrain int
 	// RedialMin and RedialMax bound the backoff between dials of a peer
 	// (defaults DefaultRedialMin, DefaultRedialMax).
@@ -97,8 +98,9 @@ type ReplicaConfig struct {
 	DataDir string
 }
 
-// Replica runs one PBFT replica: the protocol core (bft.Replica) on one
-// goroutine, and links to the other replicas and to clients.
+// Replica runs one PBFT replica: the protocol core (bft.Replica) and its
+// links to the other replicas and to clients, on one event loop (see the
+// package documentation).
 //
 // Connections: exactly one link per pair of replicas. The replica with the
 // lower ID dials the one with the higher ID and redials with capped
@@ -111,29 +113,33 @@ type ReplicaConfig struct {
 // identities (a multiplexing Client); a client's replies go on the link
 // that last delivered one of its requests (see package doc).
 //
-// Queueing: decoded messages go to the core through one bounded channel;
-// when it is full, link readers block (back-pressure on the sender). What
-// the core sends is encoded once per message (a broadcast shares its bytes
-// among its destinations) and queued per link; each link's writer
-// goroutine drains its queue with one Flush per burst. A full outbound
-// queue, or a destination without a link, drops the message and counts it
-// (metric rubin_bft_messages_dropped_total): one slow or Byzantine peer
-// never stalls the core; PBFT's retransmission and state transfer recover.
+// Queueing: received frames are stepped as the loop reads them, so what
+// the core cannot take yet waits in the transport (back-pressure on the
+// sender). What the core sends is encoded once per message (a broadcast
+// shares its bytes among its destinations) into the links' pool buffers,
+// flushed once per pass. A full outbound queue, or a destination without
+// a link, drops the message and counts it (metric
+// rubin_bft_messages_dropped_total): one slow or Byzantine peer never
+// stalls the core; PBFT's retransmission and state transfer recover.
 type Replica struct {
 	cfg    ReplicaConfig
 	n      int
 	core   *bft.Replica
 	log    *slog.Logger
 	m      *replicaMetrics
-	ep     *endpoint
-	tr     *rubin.Config // nil: cfg.Network's default stack
+	limits wire.Limits
+	tr     *rubin.Config // nil: cfg.Network's defaults
 	addr   atomic.Pointer[string]
 	status atomic.Pointer[bft.Status]
 	ready  chan struct{}
 	ran    atomic.Bool
 
-	inbound chan inbound
-	last    bft.Status // last published status (core goroutine)
+	// links holds the link of each peer that has one up (written by the
+	// core goroutine under linksMu, which other goroutines read under).
+	linksMu sync.Mutex
+	links   map[link.Peer]*peerLink
+
+	last bft.Status // last published status (core goroutine)
 	// store persists the core's records (DataDir); nil keeps them in
 	// memory. failed is the storage error that stopped the core.
 	store  *storage
@@ -145,30 +151,11 @@ type Replica struct {
 	// still up, like the reply cache one per client; the entries of a
 	// link are forgotten when it closes (routesStale tells the core
 	// goroutine to sweep).
-	routes      map[bft.ClientID]*conn
+	routes      map[bft.ClientID]*peerLink
 	routesStale atomic.Bool
 
-	// Scratch of route, reused across Readies.
-	enc     encoder
-	batches map[*conn]int // index into out
-	out     []connBatch
-	sent    [len(typeNames)]int
-}
-
-// connBatch is what one Ready queues on one link, in order.
-type connBatch struct {
-	c      *conn
-	frames [][]byte
-	types  []uint8
-}
-
-// inbound is what a link's reader hands to the core: one message m, or a
-// burst ms.
-type inbound struct {
-	c     *conn
-	m     bft.Message
-	ms    []bft.Message
-	bytes int // taken from the inbound budget
+	ev   *eventLoop // while Run runs
+	sent [len(typeNames)]int
 }
 
 // NewReplica checks cfg and builds the replica's core; Run starts it.
@@ -230,39 +217,17 @@ func NewReplica(cfg ReplicaConfig) (*Replica, error) {
 		return nil, fmt.Errorf("node: replica %d: metrics: %w", cfg.ID, err)
 	}
 	r := &Replica{
-		cfg:     cfg,
-		n:       n,
-		core:    cr,
-		store:   store,
-		log:     log,
-		m:       m,
-		tr:      cfg.Transport,
-		ready:   make(chan struct{}),
-		inbound: make(chan inbound, cfg.InboundQueue),
-		batches: make(map[*conn]int),
-		enc:     encoder{minSize: 32 << 10},
-		routes:  make(map[bft.ClientID]*conn),
-	}
-	lim := wire.Limits{MaxReplicas: n}
-	r.ep = &endpoint{
-		self:     link.Replica(uint64(cfg.ID)),
-		log:      log,
-		limits:   lim,
-		opts:     cfg.Link,
-		queue:    cfg.OutboundQueue,
-		qBytes:   cfg.OutboundQueueBytes,
-		inbound:  newByteBudget(cfg.InboundQueueBytes),
-		redial:   backoff{min: cfg.RedialMin, max: cfg.RedialMax},
-		dropped:  m.dropped,
-		received: &m.received,
-		links:    m.links,
-		conns:    make(map[link.Peer]*conn),
-		deliver:  r.deliver,
-		down: func(c *conn) {
-			if c.peer.Client {
-				r.routesStale.Store(true)
-			}
-		},
+		cfg:    cfg,
+		n:      n,
+		core:   cr,
+		store:  store,
+		log:    log,
+		m:      m,
+		limits: wire.Limits{MaxReplicas: n},
+		tr:     cfg.Transport,
+		ready:  make(chan struct{}),
+		links:  make(map[link.Peer]*peerLink),
+		routes: make(map[bft.ClientID]*peerLink),
 	}
 	addr := cfg.Cluster.Replicas[cfg.ID].Addr
 	r.addr.Store(&addr)
@@ -283,15 +248,6 @@ func (r *Replica) Ready() <-chan struct{} { return r.ready }
 // with a Listener on port 0), the configured one before.
 func (r *Replica) Addr() string { return *r.addr.Load() }
 
-func (r *Replica) deliver(c *conn, m bft.Message, ms []bft.Message, bytes int) bool {
-	select {
-	case r.inbound <- inbound{c: c, m: m, ms: ms, bytes: bytes}:
-		return true
-	case <-c.done:
-		return false
-	}
-}
-
 // lookup gives the handshake the key of an accepted peer: a client's, or
 // a replica's whose ID is below ours (the lower ID dials).
 func (r *Replica) lookup(p link.Peer) ([]byte, bool) {
@@ -304,60 +260,34 @@ func (r *Replica) lookup(p link.Peer) ([]byte, bool) {
 	return k, k != nil
 }
 
-// Run listens on the replica's address (or uses Config.Listener), keeps
-// the links to the other replicas up, serves clients and runs the core
-// until ctx is done. It returns nil when ctx is done, after every
-// goroutine it started has exited and every link and the listener are
-// closed; it returns an error if it cannot listen. A Replica runs once.
+// Run listens on the replica's address (or on Config.Listener's, which
+// it closes), keeps the links to the other replicas up, serves clients
+// and runs the core until ctx is done. It returns nil when ctx is done,
+// after every link and the listener are closed; it returns an error if
+// it cannot listen. A Replica runs once.
 func (r *Replica) Run(ctx context.Context) error {
 	if !r.ran.CompareAndSwap(false, true) {
 		return errors.New("node: Replica.Run called twice")
 	}
-	tr, err := openTransport(r.cfg.Network, r.tr)
+	addr := r.Addr()
+	if ln := r.cfg.Listener; ln != nil {
+		// The links are the transport's channels, not net.Conns: the
+		// replica listens on the listener's address itself.
+		addr = ln.Addr().String()
+		ln.Close()
+	}
+	ev, err := r.openLoop(ctx, addr)
 	if err != nil {
 		return fmt.Errorf("node: replica %d: %w", r.cfg.ID, err)
 	}
-	defer tr.close()
-	ln := r.cfg.Listener
-	if ln == nil {
-		ln, err = tr.listen(ctx, r.Addr())
-		if err != nil {
-			return fmt.Errorf("node: replica %d: listen on %s: %w", r.cfg.ID, r.Addr(), err)
-		}
-	}
-	addr := ln.Addr().String()
+	addr = ev.ln.LocalAddr().String()
 	r.addr.Store(&addr)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	r.log.Info("listening", "addr", addr, "network", tr.name())
+	r.log.Info("listening", "addr", addr, "network", r.network())
 	close(r.ready)
-
-	ep := r.ep
-	ep.wg.Add(1)
-	go func() {
-		defer ep.wg.Done()
-		ep.acceptLoop(ctx, ln, r.lookup)
-	}()
-	for j := int(r.cfg.ID) + 1; j < r.n; j++ {
-		key := r.cfg.Cluster.LinkKey(r.cfg.ID, bft.ReplicaID(j))
-		if key == nil {
-			r.log.Error("no link key; not dialing", "peer", j)
-			continue
-		}
-		addr := r.cfg.Cluster.Replicas[j].Addr
-		ep.wg.Add(1)
-		go func() {
-			defer ep.wg.Done()
-			ep.dialLoop(ctx, tr.dial, addr, link.Replica(uint64(j)), key)
-		}()
-	}
-
-	r.loop(ctx)
-
-	cancel()
-	ln.Close()
-	ep.close()
-	ep.wg.Wait()
+	stop := context.AfterFunc(ctx, ev.sel.Wakeup)
+	r.run(ctx, ev)
+	stop()
+	r.closeLoop(ev)
 	if r.store != nil {
 		r.store.close()
 	}
@@ -366,60 +296,6 @@ func (r *Replica) Run(ctx context.Context) error {
 	}
 	r.log.Info("stopped")
 	return nil
-}
-
-// loop is the core's goroutine.
-func (r *Replica) loop(ctx context.Context) {
-	t := time.NewTicker(r.cfg.Tick)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case in := <-r.inbound:
-			n := r.stepAll(in)
-		drain:
-			for n < r.cfg.MaxDrain {
-				select {
-				case in = <-r.inbound:
-					n += r.stepAll(in)
-				default:
-					break drain
-				}
-			}
-		case <-t.C:
-			r.core.Tick()
-		}
-		if r.routesStale.Swap(false) {
-			for id, c := range r.routes {
-				if c.dead.Load() {
-					delete(r.routes, id)
-				}
-			}
-		}
-		if r.core.HasReady() {
-			if err := r.handleReady(r.core.Ready()); err != nil {
-				r.failed = err
-				r.log.Error("cannot persist; stopping without sending", "err", err)
-				return
-			}
-		}
-		r.publish()
-	}
-}
-
-// stepAll steps in's messages, gives their bytes back to the inbound
-// budget, and returns how many there were.
-func (r *Replica) stepAll(in inbound) int {
-	defer r.ep.inbound.give(in.bytes)
-	if in.ms == nil {
-		r.step(in.c, in.m)
-		return 1
-	}
-	for _, m := range in.ms {
-		r.step(in.c, m)
-	}
-	return len(in.ms)
 }
 
 // step hands m, from c, to the core. A request from a client link that the core
@@ -434,7 +310,7 @@ func (r *Replica) stepAll(in inbound) int {
 // A FetchNotes of a client other than the link's own is stepped as its
 // client's if the link is that client's route: the link carried an
 // authenticated request of it, so it may fetch its notifications.
-func (r *Replica) step(c *conn, m bft.Message) {
+func (r *Replica) step(c *peerLink, m bft.Message) {
 	from := bft.Target(c.peer)
 	if fn, ok := m.(*bft.FetchNotes); ok && from.Client && r.routes[fn.Client] == c {
 		from = bft.ToClient(fn.Client)
@@ -458,18 +334,18 @@ func (r *Replica) step(c *conn, m bft.Message) {
 
 // linkFor returns the link to send e on, nil if there is none. A reply
 // goes on its client's route, else on the link of the client's own
-// identity. The caller holds r.ep.mu.
-func (r *Replica) linkFor(to bft.Target) *conn {
+// identity.
+func (r *Replica) linkFor(to bft.Target) *peerLink {
 	if to.Client {
 		id := bft.ClientID(to.ID)
 		if c := r.routes[id]; c != nil {
-			if !c.dead.Load() {
+			if !c.dead {
 				return c
 			}
 			delete(r.routes, id)
 		}
 	}
-	return r.ep.lookupLocked(link.Peer(to))
+	return r.links[link.Peer(to)]
 }
 
 // handleReady persists what the core asks (DataDir), then routes its
@@ -525,67 +401,34 @@ func (r *Replica) publish() {
 	}
 }
 
-// route encodes the messages of one Ready (each once: a broadcast's
-// envelopes share their bytes; frames are carved from shared buffers, not
-// allocated one by one: the writers only read them) and
-// queues them per link, each link's frames under one lock and one wake-up
-// of its writer, so a burst of replies to one client link goes out in one
-// flush.
+// route queues the messages of one Ready on the links, each message
+// encoded once (see sendTo): the core expands a broadcast into consecutive
+// envelopes of one message; a message repeated later in the Ready is
+// encoded again. The links are flushed at the end of the loop's pass, so
+// a burst of replies to one client link goes out in one message.
 func (r *Replica) route(msgs []bft.Envelope) {
-	debug := r.log.Enabled(context.Background(), slog.LevelDebug)
-	var (
-		last  bft.Message
-		frame []byte
-	)
+	ev := r.ev
 	noLink := 0
-	ep := r.ep
-	ep.mu.Lock()
-	for _, e := range msgs {
-		c := r.linkFor(e.To)
-		if c == nil {
-			noLink++
-			continue
-		}
-		if e.Msg != last {
-			// The core expands a broadcast into consecutive envelopes;
-			// a message repeated later in the Ready is encoded again.
-			last, frame = e.Msg, r.enc.encode(e.Msg)
-		}
-		i, ok := r.batches[c]
-		if !ok {
-			i = len(r.out)
-			r.batches[c] = i
-			if i < cap(r.out) {
-				r.out = r.out[:i+1]
-				r.out[i].c = c
-			} else {
-				r.out = append(r.out, connBatch{c: c})
+	for i := 0; i < len(msgs); {
+		m := msgs[i].Msg
+		dests := ev.dests[:0]
+		for ; i < len(msgs) && msgs[i].Msg == m; i++ {
+			c := r.linkFor(msgs[i].To)
+			switch {
+			case c == nil:
+				noLink++
+			case r.full(c):
+				r.m.dropped.inc(reasonQueueFull)
+			default:
+				dests = append(dests, c)
 			}
 		}
-		b := &r.out[i]
-		b.frames = append(b.frames, frame)
-		b.types = append(b.types, uint8(typeIndex(e.Msg.Type())))
-	}
-	for i := range r.out {
-		b := &r.out[i]
-		k := b.c.enqueueAll(b.frames)
-		for j, t := range b.types {
-			if j < k {
-				r.sent[t]++
-				if debug {
-					r.log.Debug("sent", "to", b.c.peer, "type", typeNames[t], "bytes", len(b.frames[j]))
-				}
-			}
+		if len(dests) > 0 {
+			r.sendTo(ev, m, dests)
 		}
-		if d := len(b.frames) - k; d > 0 {
-			r.m.dropped.add(reasonQueueFull, d)
-		}
-		clear(b.frames)
-		b.frames, b.types, b.c = b.frames[:0], b.types[:0], nil
+		clear(dests)
+		ev.dests = dests[:0]
 	}
-	ep.mu.Unlock()
-	r.out = r.out[:0]
-	clear(r.batches)
 	if noLink > 0 {
 		r.m.dropped.add(reasonNoLink, noLink)
 	}
