@@ -46,8 +46,16 @@ type ClientConfig struct {
 	// wall clock in nanoseconds, so a client restarted with the same ID
 	// is not ignored as replaying old timestamps.
 	StartTimestamp uint64
-	Logger         *slog.Logger // nil: discard
-	Registerer     prometheus.Registerer
+	// OnNote, if set, is called for every notification an identity
+	// delivers (bft.ExecContext.Notify: f+1 replicas sent it
+	// identically), in number order per identity, and for every range
+	// of them that is lost (bft.Note.Lost). It runs on the Client's
+	// goroutine: it must return quickly and must not call the Client.
+	// With OnNote set, every identity's core is ticked, so that one that
+	// missed notifications fetches them.
+	OnNote     func(id bft.ClientID, n bft.Note)
+	Logger     *slog.Logger // nil: discard
+	Registerer prometheus.Registerer
 	// RedialMin and RedialMax bound the backoff between dials of a
 	// replica (defaults DefaultRedialMin, DefaultRedialMax).
 	RedialMin, RedialMax time.Duration
@@ -129,11 +137,12 @@ type callResult struct {
 }
 
 // reply is what a link's reader hands to the core's goroutine: one reply
-// rep, or a burst reps.
+// rep, or a burst reps, and notifications.
 type reply struct {
 	from  bft.ReplicaID
 	rep   *bft.Reply
 	reps  []*bft.Reply
+	notes []*bft.Notify
 	bytes int // taken from the inbound budget
 }
 
@@ -259,18 +268,24 @@ func (c *Client) deliver(cn *conn, m bft.Message, ms []bft.Message, bytes int) b
 	}
 	in := reply{from: bft.ReplicaID(cn.peer.ID), bytes: bytes}
 	if ms == nil {
-		rep, ok := m.(*bft.Reply)
-		if !ok {
+		switch m := m.(type) {
+		case *bft.Reply:
+			in.rep = m
+		case *bft.Notify:
+			in.notes = []*bft.Notify{m}
+		default:
 			c.unexpected(cn, m)
 			return true
 		}
-		in.rep = rep
 	} else {
 		in.reps = make([]*bft.Reply, 0, len(ms))
 		for _, m := range ms {
-			if rep, ok := m.(*bft.Reply); ok {
-				in.reps = append(in.reps, rep)
-			} else {
+			switch m := m.(type) {
+			case *bft.Reply:
+				in.reps = append(in.reps, m)
+			case *bft.Notify:
+				in.notes = append(in.notes, m)
+			default:
 				c.unexpected(cn, m)
 			}
 		}
@@ -383,11 +398,11 @@ func (c *Client) loop() {
 		case rp := <-c.inbound:
 			c.step(rp)
 		case <-t.C:
-			if c.busy > 0 {
+			if c.busy > 0 || c.cfg.OnNote != nil {
 				for _, s := range c.slots {
-					if s.cur != nil {
+					if s.cur != nil || c.cfg.OnNote != nil {
 						s.core.Tick()
-						s.retx = true
+						s.retx = s.cur != nil
 						c.touch(s)
 					}
 				}
@@ -463,6 +478,7 @@ func (c *Client) drop(cl *call) {
 	}
 	cfg := s.ccfg
 	cfg.StartTimestamp = s.lastTS
+	cfg.FirstNote = s.core.NextNote()
 	if core, err := bft.NewClient(cfg); err == nil {
 		s.core = core
 	}
@@ -476,6 +492,18 @@ func (c *Client) step(rp reply) {
 	}
 	for _, rep := range rp.reps {
 		c.stepOne(rp.from, rep)
+	}
+	for _, m := range rp.notes {
+		s := c.byID[m.Client]
+		if s == nil {
+			c.m.dropped.inc(reasonInvalid)
+			continue
+		}
+		if err := s.core.StepNotify(rp.from, m); err != nil {
+			c.m.dropped.inc(stepReason(err))
+			continue
+		}
+		c.touch(s)
 	}
 }
 
@@ -536,6 +564,11 @@ func (c *Client) flush() {
 						s.seen[i] = l
 					}
 				}
+			}
+		}
+		if c.cfg.OnNote != nil {
+			for _, nt := range rd.Notes {
+				c.cfg.OnNote(s.ccfg.ID, nt)
 			}
 		}
 		for _, d := range rd.Done {
