@@ -55,6 +55,15 @@ func TestByzantine(t *testing.T) {
 		// fetched, so a client never got f+1 valid replies.
 		{name: "ReproposingPrimary", seeds: append(seedRange(1200, 8), 287779409302), net: allNet,
 			setup: func(n *simnet.Net, _ *rand.Rand) { n.MakeByzantine(0, simnet.Repropose()) }},
+		// The same two primaries with clients that keep 4 requests in
+		// flight: every client's requests still execute in its order,
+		// once.
+		{name: "PipelinedEquivocating", window: 4, seeds: seedRange(1250, 6), net: allNet,
+			setup: func(n *simnet.Net, _ *rand.Rand) { n.MakeByzantine(0, simnet.Equivocate()) },
+			check: func(t *testing.T, n *simnet.Net) { checkExecOrder(t, n) }},
+		{name: "PipelinedReproposing", window: 4, seeds: seedRange(1260, 6), net: allNet,
+			setup: func(n *simnet.Net, _ *rand.Rand) { n.MakeByzantine(0, simnet.Repropose()) },
+			check: func(t *testing.T, n *simnet.Net) { checkExecOrder(t, n) }},
 		// The primary sends nothing while it is primary (a backup
 		// otherwise): clients' retransmissions to the backups start the
 		// view change.

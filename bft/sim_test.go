@@ -66,6 +66,7 @@ type family struct {
 	seeds    []uint64
 	fresh    int // fresh seeds, if not -bft.fresh (e.g. for slow Ed25519 runs)
 	realAuth bool
+	window   int // requests each client keeps in flight (default 1)
 	net      chaos
 	// setup installs the Byzantine replicas and clients; rng is the
 	// schedule's.
@@ -133,7 +134,8 @@ func runSchedule(t *testing.T, test string, fam family, seed uint64) {
 	if fam.net.powerLoss {
 		cfg = func(c *bft.Config) { simCfg(c); c.Persist = true }
 	}
-	n, err := simnet.New(simnet.Options{N: fam.n, Clients: fam.clients, Seed: seed, Config: cfg, Codec: *simCodec, RealAuth: fam.realAuth, ExtraClients: 2})
+	n, err := simnet.New(simnet.Options{N: fam.n, Clients: fam.clients, Seed: seed, Config: cfg, Codec: *simCodec, RealAuth: fam.realAuth, ExtraClients: 2,
+		ClientConfig: func(c *bft.ClientConfig) { c.Window = fam.window }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,6 +306,10 @@ func TestSim(t *testing.T) {
 		// Every replica crashes at once, about three times, and recovers
 		// from what it persisted: no accepted result is lost.
 		{name: "PowerLoss", seeds: seedRange(500, 8), net: with(allNet, func(c *chaos) { c.powerLoss = true })},
+		// Clients keep 4 requests in flight, through crashes and view
+		// changes: each client's requests execute in its order, once.
+		{name: "Pipelined", window: 4, seeds: seedRange(600, 8), net: with(allNet, func(c *chaos) { c.crash = true }),
+			check: func(t *testing.T, n *simnet.Net) { checkExecOrder(t, n) }},
 	})
 }
 

@@ -175,10 +175,23 @@ func (c *Checker) accepted(client int, d bft.Result) {
 // the tick for the liveness bound. (The checker learns of the request
 // when the client sends it.)
 func (n *Net) propose(i int, op []byte) {
+	idle := !n.Clients[i].Outstanding()
 	if _, err := n.Clients[i].Propose(op); err != nil {
 		panic(err)
 	}
-	n.issued[i] = n.Now
+	if idle {
+		n.issued[i] = n.Now
+	}
+}
+
+// fill has client i propose op(i, k) for its next requests while it has
+// fewer than its window (ClientConfig.Window) in flight and fewer than
+// total issued.
+func (n *Net) fill(i, total int, op func(c, k int) []byte) {
+	c := n.Clients[i]
+	for k := len(n.Results[i]) + c.InFlight(); k < total && c.InFlight() < n.window[i]; k++ {
+		n.propose(i, op(i, k))
+	}
 }
 
 // LoadLive is Load with a liveness bound, for after the network healed:
@@ -206,15 +219,20 @@ func (n *Net) LoadLive(more, bound int, op func(c, k int) []byte) (maxLatency ui
 					maxLatency = l
 				}
 				counted[i] = len(n.Results[i])
+				if c.Outstanding() {
+					// A pipelined one: the next is timed from now.
+					n.issued[i], since = n.Now, n.Now
+				}
 			}
 			if len(n.Results[i]) >= target[i] {
 				continue
 			}
 			done = false
 			if !c.Outstanding() {
-				n.propose(i, op(i, len(n.Results[i])))
+				n.fill(i, target[i], op)
 				continue
 			}
+			n.fill(i, target[i], op)
 			if n.Now-since > uint64(bound) {
 				return maxLatency, fmt.Errorf("simnet: liveness: client %d's request (issued tick %d) not done after %d ticks of a healed network", i+1, n.issued[i], bound)
 			}

@@ -129,6 +129,7 @@ type Net struct {
 	clientAuth map[bft.ClientID]*auth.ClientAuth
 	adv        map[bft.ReplicaID]*Adversary
 	issued     []uint64 // tick each client's outstanding request was proposed
+	window     []int    // each client's ClientConfig.Window
 	trace      [traceLen]Event
 	traceN     uint64
 
@@ -218,6 +219,7 @@ func New(o Options) (*Net, error) {
 			return nil, err
 		}
 		n.Clients = append(n.Clients, c)
+		n.window = append(n.window, max(cc.Window, 1))
 		n.Results = append(n.Results, nil)
 		n.Notes = append(n.Notes, nil)
 		n.issued = append(n.issued, 0)
@@ -459,8 +461,8 @@ func (n *Net) Load(total, maxTicks int, op func(c, k int) []byte) bool {
 				continue
 			}
 			done = false
-			if !c.Outstanding() {
-				n.propose(i, op(i, len(n.Results[i])))
+			if c.InFlight() < n.window[i] {
+				n.fill(i, total, op)
 			}
 		}
 		return done
