@@ -12,9 +12,13 @@ import (
 // default.
 type Config struct {
 	// Tree configures the data model (timeouts, sizes, superDigest).
+	// Its MaxDataSize defaults to MaxDataSize(MaxQueuedBytes), below
+	// ZooKeeper's, so that any node's data fits a result; larger data
+	// could be written but not read (CodeMarshallingError).
 	Tree tree.Config
 	// MaxQueuedBytes bounds the watch events waiting for one session,
-	// in frame bytes (default 256 KiB). Past it the session's later
+	// in frame bytes (default 64 KiB, at most MaxOpSize/4: a result holds
+	// them and a reply). Past it the session's later
 	// events are dropped and the gateway is told to close the client's
 	// connection, so that the client reconnects and sets its watches
 	// again.
@@ -34,7 +38,11 @@ type Config struct {
 
 func (c Config) normalized() Config {
 	if c.MaxQueuedBytes <= 0 {
-		c.MaxQueuedBytes = 256 << 10
+		c.MaxQueuedBytes = 64 << 10
+	}
+	c.MaxQueuedBytes = min(c.MaxQueuedBytes, MaxOpSize/4)
+	if c.Tree.MaxDataSize <= 0 {
+		c.Tree.MaxDataSize = MaxDataSize(c.MaxQueuedBytes)
 	}
 	if c.MaxQueuedTotal <= 0 {
 		c.MaxQueuedTotal = 64 << 20
@@ -47,6 +55,11 @@ func (c Config) normalized() Config {
 	}
 	return c
 }
+
+// MaxDataSize is the most data a znode may hold so that reading it fits a
+// result with queued events up to maxQueued bytes before it: MaxOpSize
+// less those, the reply's header and Stat, and room to spare.
+func MaxDataSize(maxQueued int) int { return MaxOpSize - maxQueued - 1024 }
 
 // App is the coordination service as a replicated application: a
 // bft.App whose state is a coord/tree.Tree and the watch events waiting
@@ -295,9 +308,10 @@ func (a *App) request(o op, now int64) []byte {
 func (a *App) reply(b []byte, hdr proto.RequestHeader, code proto.Code, resp proto.Record) []byte {
 	h := proto.ReplyHeader{Xid: hdr.Xid, Zxid: a.tree.LastZxid(), Err: code}
 	out, err := proto.AppendReply(b, h, hdr.Type, resp)
-	if err != nil {
-		// The answer does not fit a frame (a multiRead of large nodes):
-		// ZooKeeper's client could not read it either.
+	if err != nil || len(out)+resultOverhead > MaxOpSize {
+		// The answer does not fit a frame, or with the events before it
+		// a result (a multiRead of large nodes): the client could not
+		// have it from ZooKeeper either.
 		h.Err = proto.CodeMarshallingError
 		out, _ = proto.AppendReply(b, h, hdr.Type, nil)
 	}
@@ -307,6 +321,9 @@ func (a *App) reply(b []byte, hdr proto.RequestHeader, code proto.Code, resp pro
 func (a *App) poll(o op, now int64) []byte {
 	e := proto.NewEncoder(nil)
 	e.Int32(int32(len(o.sessions)))
+	// The result must stay within MaxOpSize: a session whose events do not
+	// fit keeps them for its next result.
+	room := MaxOpSize - 4 - 16*len(o.sessions)
 	for _, id := range o.sessions {
 		e.Int64(id)
 		s := a.sessions[id]
@@ -317,9 +334,14 @@ func (a *App) poll(o op, now int64) []byte {
 		case s.gateway != o.gateway:
 			e.Int32(int32(StatusClose))
 			e.Buffer(nil)
+		case len(s.events) > room:
+			_ = a.tree.Touch(id, now)
+			e.Int32(int32(StatusOK))
+			e.Buffer(nil)
 		default:
 			_ = a.tree.Touch(id, now)
 			frames, st := a.collect(s, nil)
+			room -= len(frames)
 			e.Int32(int32(st))
 			e.Buffer(frames)
 		}

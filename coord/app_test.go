@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -465,5 +466,79 @@ func TestQuery(t *testing.T) {
 	h.do(a, 2, proto.OpDelete, &proto.DeleteRequest{Path: "/r", Version: -1})
 	if r := query(gw, b, 5, proto.OpGetData, get); r.Status != coord.StatusOrder {
 		t.Fatalf("a read of a session with an event waiting: %+v", r)
+	}
+}
+
+// TestResultsWithinMaxOpSize checks that no result passes MaxOpSize, which
+// the bft wire format would refuse: a poll leaves the events that do not
+// fit for the next one, and a reply too large with the events before it
+// becomes CodeMarshallingError.
+func TestResultsWithinMaxOpSize(t *testing.T) {
+	h := newHarness(t, 0)
+	h.apps = []*coord.App{coord.New(coord.Config{MaxQueuedBytes: coord.MaxOpSize / 4})}
+	w := h.connect(0, "w", 10000).Session
+	path := "/" + strings.Repeat("p", 1000)
+	h.do(w, 1, proto.OpCreate, &proto.CreateRequest{Path: path, ACL: proto.OpenACL})
+	var watchers []int64
+	for range 5 {
+		s := h.connect(0, "s", 10000).Session
+		h.do(s, 1, proto.OpAddWatch, &proto.AddWatchRequest{Path: path, Mode: proto.AddWatchPersistent})
+		watchers = append(watchers, s)
+	}
+	for i := range 220 { // about 230 KB of events for each watcher
+		h.do(w, int32(2+i), proto.OpSetData, &proto.SetDataRequest{Path: path, Version: -1})
+	}
+	res := h.exec(coord.PollOp(gw, watchers))
+	if len(res) > coord.MaxOpSize {
+		t.Fatalf("a poll result of %d bytes", len(res))
+	}
+	rs, err := coord.ParsePollResult(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []int64
+	for _, r := range rs {
+		if r.Status != coord.StatusOK {
+			t.Fatalf("session %d: %v", r.Session, r.Status)
+		}
+		if len(r.Frames) == 0 {
+			left = append(left, r.Session)
+		}
+	}
+	if len(left) == 0 || len(left) == len(watchers) {
+		t.Fatalf("%d of %d sessions left for the next poll", len(left), len(watchers))
+	}
+	for _, r := range h.poll(left...) {
+		if n := len(frames(t, r.Frames, 0)); n != 220 {
+			t.Fatalf("session %d: %d events on the next poll, want 220", r.Session, n)
+		}
+	}
+
+	// A getData of the most a node holds, behind a full queue of events.
+	big := make([]byte, coord.MaxDataSize(coord.MaxOpSize/4))
+	h.do(w, 300, proto.OpSetData, &proto.SetDataRequest{Path: path, Data: big, Version: -1})
+	h.do(w, 301, proto.OpCreate, &proto.CreateRequest{Path: "/big", Data: big, ACL: proto.OpenACL})
+	for i := range 220 {
+		h.do(w, int32(302+i), proto.OpSetData, &proto.SetDataRequest{Path: path, Version: -1})
+	}
+	frame := proto.Marshal(proto.Marshal(nil, &proto.RequestHeader{Xid: 9, Type: proto.OpGetData}), &proto.GetDataRequest{Path: "/big"})
+	res = h.exec(coord.RequestOp(gw, watchers[0], frame))
+	if len(res) > coord.MaxOpSize {
+		t.Fatalf("a request result of %d bytes", len(res))
+	}
+	r, err := coord.ParseRequestResult(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := frames(t, r.Frames, proto.OpGetData)
+	if last := fs[len(fs)-1]; len(fs) != 222 || last.hdr.Xid != 9 || last.hdr.Err != proto.CodeOK {
+		t.Fatalf("getData behind %d events: %+v", len(fs)-1, last.hdr)
+	}
+	_, _, big2 := h.do(w, 600, proto.OpMultiRead, &proto.MultiRequest{Ops: []proto.MultiOp{
+		{Type: proto.OpGetData, Request: &proto.GetDataRequest{Path: "/big"}},
+		{Type: proto.OpGetData, Request: &proto.GetDataRequest{Path: "/big"}},
+	}})
+	if big2.hdr.Err != proto.CodeMarshallingError {
+		t.Fatalf("a multiRead of two large nodes: %v", big2.hdr.Err)
 	}
 }

@@ -56,10 +56,24 @@ func (s Status) String() string {
 	return fmt.Sprintf("status(%d)", int32(s))
 }
 
-// MaxOpSize is the largest op a gateway builds: a RequestOp of the
-// largest frame a ZooKeeper client may send. The replicas'
-// bft.Config.MaxOpSize must be at least this, and MaxBatchBytes too.
-const MaxOpSize = proto.MaxPacket + 32
+// MaxOpSize bounds every op and every result: the bft wire format's bound
+// on a request's op and a reply's result (wire.DefaultLimits().MaxOp),
+// which the driver decodes with. The replicas' bft.Config.MaxOpSize must
+// be at least this, and MaxBatchBytes too. It is a little below what a
+// ZooKeeper client may send (proto.MaxPacket): see MaxRequestFrame and
+// MaxDataSize.
+const MaxOpSize = 1 << 20
+
+// requestOverhead is what RequestOp adds to a frame, and resultOverhead
+// what a request's result adds to its frames.
+const (
+	requestOverhead = 24
+	resultOverhead  = 8
+)
+
+// MaxRequestFrame is the longest request frame a RequestOp can carry; a
+// gateway answers a longer one itself, with CodeMarshallingError.
+const MaxRequestFrame = MaxOpSize - requestOverhead
 
 // ErrResult is wrapped by the errors of the Parse functions: the bytes are
 // not a result of the kind asked for.

@@ -14,6 +14,7 @@ import (
 	"github.com/rubin-go/rubin/bft"
 	"github.com/rubin-go/rubin/bft/auth"
 	"github.com/rubin-go/rubin/bft/node"
+	"github.com/rubin-go/rubin/bft/wire"
 	"github.com/rubin-go/rubin/coord"
 	"github.com/rubin-go/rubin/coord/gateway"
 )
@@ -217,5 +218,14 @@ func (tc *testCluster) session(c *zk.Conn, events <-chan zk.Event, err error) *z
 		case <-deadline:
 			tc.t.Fatal("no session after 10s")
 		}
+	}
+}
+
+// TestOpSizeFitsTheWire holds coord.MaxOpSize to the bft wire format's
+// bound, which the driver decodes requests and replies with: an op or
+// result beyond it would be dropped and its client wait for ever.
+func TestOpSizeFitsTheWire(t *testing.T) {
+	if lim := wire.DefaultLimits().MaxOp; coord.MaxOpSize > lim {
+		t.Fatalf("coord.MaxOpSize %d exceeds the wire's %d", coord.MaxOpSize, lim)
 	}
 }

@@ -49,6 +49,7 @@ type conn struct {
 
 // request is a client's request waiting for its turn.
 type request struct {
+	hdr      proto.RequestHeader
 	frame    []byte // header and body, as the client sent them
 	readOnly bool   // coord.ReadOnly: it may go as a read-only request
 }
@@ -172,7 +173,7 @@ func (c *conn) readLoop() error {
 			a.Auth = []byte(remoteHost(c.nc))
 			frame = proto.Marshal(proto.Marshal(nil, &hdr), a)
 		}
-		if !c.push(request{frame: frame, readOnly: err == nil && coord.ReadOnly(hdr.Type, req)}) {
+		if !c.push(request{hdr: hdr, frame: frame, readOnly: err == nil && coord.ReadOnly(hdr.Type, req)}) {
 			return nil
 		}
 	}
@@ -268,6 +269,12 @@ func (c *conn) work() {
 // says what happened.
 func (c *conn) run(req request) (coord.SessionResult, error) {
 	cfg := &c.srv.cfg
+	if len(req.frame) > coord.MaxRequestFrame {
+		// Too long for an op, if not for ZooKeeper: nearly a megabyte of
+		// data, more than a znode holds here. Answered in its turn.
+		b, err := proto.AppendReply(nil, proto.ReplyHeader{Xid: req.hdr.Xid, Zxid: c.lastZxid.Load(), Err: proto.CodeMarshallingError}, req.hdr.Type, nil)
+		return coord.SessionResult{Status: coord.StatusOK, Frames: b}, err
+	}
 	op := coord.RequestOp(cfg.ID, c.session, req.frame)
 	if req.readOnly {
 		res, err := cfg.Invoker.InvokeRead(c.srv.ctx, op)

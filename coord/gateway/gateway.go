@@ -250,9 +250,18 @@ func (s *Server) pollOnce() {
 		}
 	}
 	s.mu.Unlock()
-	if len(due) == 0 {
-		return
+	for len(due) > 0 {
+		n := min(len(due), maxPoll)
+		s.poll(due[:n], now)
+		due = due[n:]
 	}
+}
+
+// maxPoll bounds the sessions of one poll, so that the op stays small.
+const maxPoll = 4096
+
+// poll polls sessions whose turns it holds, and releases them.
+func (s *Server) poll(due []*conn, now time.Time) {
 	defer func() {
 		for _, c := range due {
 			<-c.turn

@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -223,6 +224,33 @@ func TestZooKeeperClient(t *testing.T) {
 		if _, _, err := d.Get("/remote"); !errors.Is(err, zk.ErrNoAuth) {
 			t.Fatalf("get of an ip-ACL node from another address: %v", err)
 		}
+	})
+
+	t.Run("large", func(t *testing.T) {
+		// The most a znode holds goes through the bft client and back, on
+		// the ordered and the read-only path.
+		big := bytes.Repeat([]byte{'x'}, coord.MaxDataSize(64<<10))
+		must(a.Create("/large", big, 0, open))
+		for _, c := range []*zk.Conn{a, b} {
+			data, st := must2(c.Get("/large"))
+			if !bytes.Equal(data, big) || st.DataLength != int32(len(big)) {
+				t.Fatalf("read %d bytes back of %d", len(data), len(big))
+			}
+		}
+		_, _, w := must3(a.GetW("/large"))
+		data, _ := must2(a.Get("/large"))
+		if !bytes.Equal(data, big) {
+			t.Fatalf("read %d bytes back of %d with a watch", len(data), len(big))
+		}
+		// One byte more, and as much as ZooKeeper takes: refused, and the
+		// session goes on.
+		for _, n := range []int{len(big) + 1, 0xfffff} {
+			if _, err := a.Set("/large", make([]byte, n), -1); err == nil || !strings.Contains(err.Error(), "-5") {
+				t.Fatalf("set of %d bytes: %v, want the marshalling error", n, err)
+			}
+		}
+		must(a.Set("/large", []byte("small"), -1))
+		waitEvent(t, w, zk.EventNodeDataChanged, "/large")
 	})
 
 	t.Run("ephemeral", func(t *testing.T) {
