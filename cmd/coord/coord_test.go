@@ -62,15 +62,39 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// freePort returns a TCP port on loopback that was free a moment ago.
-func freePort(t *testing.T) int {
+// announced waits for a gateway's announcement on its output and returns
+// its address.
+func announced(t *testing.T, out *syncBuffer) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	announce := regexp.MustCompile(`gateway listening on (\S+)\n`)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if m := announce.FindStringSubmatch(out.String()); m != nil {
+			return m[1]
+		}
+	}
+	t.Fatalf("no announcement from the gateway: %q", out.String())
+	return ""
+}
+
+// freePorts gives the replicas of a cluster file loopback ports that were
+// free a moment ago.
+func freePorts(t *testing.T, file string) {
+	t.Helper()
+	c, err := auth.Load(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	for i := range c.Replicas {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Replicas[i].Addr = ln.Addr().String()
+		ln.Close()
+	}
+	if err := c.Save(file); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestCommands runs keygen, four replicas and a gateway as the commands,
@@ -88,13 +112,7 @@ func TestCommands(t *testing.T) {
 	if c.N() != 4 || len(c.Clients) != 8 || c.Replicas[3].Addr != "127.0.0.1:7103" {
 		t.Fatalf("cluster: %d replicas, %d clients, %s", c.N(), len(c.Clients), c.Replicas[3].Addr)
 	}
-	// The test's own ports, free ones.
-	for i := range c.Replicas {
-		c.Replicas[i].Addr = "127.0.0.1:" + strconv.Itoa(freePort(t))
-	}
-	if err := c.Save(file); err != nil {
-		t.Fatal(err)
-	}
+	freePorts(t, file)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -115,17 +133,7 @@ func TestCommands(t *testing.T) {
 	for i := range c.Replicas {
 		start("replica", "-id", strconv.Itoa(i), "-cluster", file, "-data-dir", filepath.Join(dir, "r"+strconv.Itoa(i)), "-transport", "tcp")
 	}
-	out := start("gateway", "-cluster", file, "-listen", "127.0.0.1:0", "-ids", "0-3", "-transport", "tcp")
-	announce := regexp.MustCompile(`gateway listening on (\S+)\n`)
-	var addr string
-	for deadline := time.Now().Add(10 * time.Second); addr == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if m := announce.FindStringSubmatch(out.String()); m != nil {
-			addr = m[1]
-		}
-	}
-	if addr == "" {
-		t.Fatalf("no announcement from the gateway: %q", out.String())
-	}
+	addr := announced(t, start("gateway", "-cluster", file, "-listen", "127.0.0.1:0", "-ids", "0-3", "-transport", "tcp"))
 
 	zc, _, err := zk.Connect([]string{addr}, 10*time.Second, zk.WithLogger(quietLogger{}))
 	if err != nil {

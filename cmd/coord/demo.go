@@ -311,16 +311,21 @@ func startWorkload(ctx context.Context, addr string, d demoConfig) (*workload, e
 	return w, nil
 }
 
-// increment adds one to the counter under the lock, without a version
-// check: only the lock keeps two clients from losing an update.
+// increment adds one to the counter under the lock.
 func (w *workload) increment(c *zk.Conn, lock *zk.Lock) error {
+	return w.incrementPath(c, lock, "/demo/counter")
+}
+
+// incrementPath adds one to the counter at path under the lock, without a
+// version check: only the lock keeps two clients from losing an update.
+func (w *workload) incrementPath(c *zk.Conn, lock *zk.Lock, path string) error {
 	if err := lock.Lock(); err != nil {
 		return err
 	}
-	data, _, err := c.Get("/demo/counter")
+	data, _, err := c.Get(path)
 	if err == nil {
 		v, _ := strconv.Atoi(string(data))
-		_, err = c.Set("/demo/counter", []byte(strconv.Itoa(v+1)), -1)
+		_, err = c.Set(path, []byte(strconv.Itoa(v+1)), -1)
 	}
 	if uerr := lock.Unlock(); err == nil {
 		err = uerr
