@@ -230,6 +230,7 @@ func (r *Replica) sealPrepared(e *entry) bool {
 	sort.Slice(match, func(i, j int) bool { return match[i].Replica < match[j].Replica })
 	e.prepared = true
 	e.cert = &PreparedCert{PrePrepare: *e.pp, Prepares: match[:r.q-1]}
+	r.readTop = max(r.readTop, e.seq)
 	return true
 }
 
@@ -282,6 +283,7 @@ func (r *Replica) checkCommitted(e *entry) {
 	}
 	e.committed = true
 	e.committedAt = r.now
+	r.readTop = max(r.readTop, e.seq)
 	e.cView = e.view
 	e.cDigest = e.pp.Digest
 	e.cTime = e.pp.Time

@@ -54,17 +54,11 @@ func (r *Replica) onRead(req *Request, fromClient bool) error {
 }
 
 // readHorizon is the sequence number this replica must have executed to
-// answer a read that arrives now: the highest slot above what it executed
-// that prepared or committed here (in any view), or the known stable
-// checkpoint it has not reached.
+// answer a read that arrives now: the highest slot that prepared or
+// committed here (in any view), or the known stable checkpoint it has not
+// reached.
 func (r *Replica) readHorizon() uint64 {
-	until := max(r.lastExec, r.target)
-	for s, e := range r.log {
-		if s > until && (e.cert != nil || e.committed || e.sentCommit) {
-			until = s
-		}
-	}
-	return until
+	return max(r.lastExec, r.target, r.readTop)
 }
 
 func (r *Replica) canRead(until uint64) bool {

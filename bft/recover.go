@@ -138,6 +138,7 @@ func (r *Replica) replay(rec Record) error {
 			if e := r.replayEntry(m.Seq, m.View); e != nil {
 				e.commits[r.id] = m.Digest
 				e.sentCommit = true
+				r.readTop = max(r.readTop, m.Seq)
 			}
 			return nil
 		case RecCommitted:
@@ -189,6 +190,7 @@ func (r *Replica) replayCommitted(c *Commit) error {
 		return fmt.Errorf("%w: seq %d committed with no pre-prepare of its digest", ErrInvalid, c.Seq)
 	}
 	e.committed, e.cView, e.cDigest, e.cTime, e.batch = true, c.View, c.Digest, t, batch
+	r.readTop = max(r.readTop, c.Seq)
 	return nil
 }
 

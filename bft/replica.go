@@ -56,6 +56,9 @@ type Replica struct {
 	// accounted bytes.
 	reads     []heldRead
 	readBytes int
+	// readTop is the highest sequence number that prepared or committed
+	// here: a read waits until it executed (read.go).
+	readTop uint64
 	// notes is the notification state per client (notify.go):
 	// replicated. executing is set while App.Execute runs, when
 	// ExecContext.Notify may be called. noteServed: the clients whose
