@@ -69,6 +69,10 @@ type eventLoop struct {
 	dests    []*peerLink // scratch of route
 	budget   passBudget
 	nextTick time.Time
+	// encode appends encMsg's encoding: one func for every unicast, not
+	// a closure each.
+	encMsg bft.Message
+	encode func(dst []byte) []byte
 }
 
 // A passBudget bounds what one pass of the loop reads from the links
@@ -481,7 +485,9 @@ func (r *Replica) sendTo(ev *eventLoop, m bft.Message, dests []*peerLink) {
 	t := typeIndex(m.Type())
 	if len(dests) == 1 {
 		pl := dests[0]
-		n, err := pl.ch.Encode(r.room(pl), func(dst []byte) []byte { return wire.Append(dst, m) })
+		ev.encMsg = m
+		n, err := pl.ch.Encode(r.room(pl), ev.encode)
+		ev.encMsg = nil
 		r.sent1(ev, pl, t, n, err)
 		return
 	}
@@ -584,6 +590,7 @@ func (r *Replica) openLoop(ctx context.Context, addr string) (_ *eventLoop, err 
 		return nil, err
 	}
 	ev := &eventLoop{tr: tr, pool: tr.Pool(), bufCap: min(tr.Pool().BufferSize(), tr.MaxMessageSize())}
+	ev.encode = func(dst []byte) []byte { return wire.Append(dst, ev.encMsg) }
 	defer func() {
 		if err != nil {
 			r.closeLoop(ev)
