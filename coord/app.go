@@ -1,7 +1,10 @@
 package coord
 
 import (
+	"encoding/binary"
 	"errors"
+	"maps"
+	"slices"
 
 	"github.com/rubin-go/rubin/bft"
 	"github.com/rubin-go/rubin/coord/proto"
@@ -34,6 +37,11 @@ type Config struct {
 	// SweepInterval is how often, in agreed milliseconds, empty container
 	// nodes and expired TTL nodes are deleted (default 1000).
 	SweepInterval int64
+	// Clients are the cluster's client identities. A gateway whose number
+	// is one of them is notified (bft.ExecContext.Notify) when events wait
+	// for its sessions; the others only find them by polling. Only the
+	// cluster's identities: the replicas keep notifications for each.
+	Clients []bft.ClientID
 }
 
 func (c Config) normalized() Config {
@@ -70,6 +78,10 @@ type App struct {
 	tree     *tree.Tree
 	sessions map[int64]*session // the tree's open sessions
 	queued   int                // the bytes of all sessions' events
+	notified map[int64]bool     // the gateways that are notified: Config.Clients
+	// woken are the sessions of notified gateways that got events during
+	// the current Execute.
+	woken []*session
 	// nextExpire and nextSweep are the agreed times of the next look for
 	// expired sessions and of the next sweep.
 	nextExpire, nextSweep int64
@@ -77,6 +89,7 @@ type App struct {
 
 // session is what the App keeps of a session besides the tree's view.
 type session struct {
+	id      int64
 	gateway int64  // the gateway that last connected it
 	events  []byte // watch event frames not yet collected
 	lost    bool   // events were dropped since the last collection
@@ -90,7 +103,11 @@ var (
 // New returns an App holding a fresh tree.
 func New(cfg Config) *App {
 	cfg = cfg.normalized()
-	return &App{cfg: cfg, tree: tree.New(cfg.Tree), sessions: make(map[int64]*session)}
+	a := &App{cfg: cfg, tree: tree.New(cfg.Tree), sessions: make(map[int64]*session), notified: make(map[int64]bool)}
+	for _, id := range cfg.Clients {
+		a.notified[int64(id)] = true
+	}
+	return a
 }
 
 // Tree returns the App's tree, for reading between calls to Execute (a
@@ -106,6 +123,7 @@ func (a *App) Tree() *tree.Tree { return a.tree }
 // ctx.Time.
 func (a *App) Execute(ctx bft.ExecContext, b []byte) []byte {
 	now := ctx.Time.UnixMilli()
+	defer a.notify(ctx)
 	a.housekeep(now)
 	o, err := decodeOp(b)
 	if err != nil {
@@ -119,6 +137,50 @@ func (a *App) Execute(ctx bft.ExecContext, b []byte) []byte {
 	default:
 		return a.poll(o, now)
 	}
+}
+
+// maxNoteSessions bounds the sessions a notification names; a gateway
+// told of more gets an empty one, which means all of its sessions.
+const maxNoteSessions = 4096
+
+// notify tells each notified gateway which of its sessions got events
+// during this Execute and still hold them (the op's own result did not
+// take them): one notification per gateway, naming the sessions in
+// order, 8 bytes each, or none at all if there are too many.
+func (a *App) notify(ctx bft.ExecContext) {
+	if len(a.woken) == 0 {
+		return
+	}
+	byGateway := make(map[int64][]int64)
+	for _, s := range a.woken {
+		if a.sessions[s.id] == s && (len(s.events) > 0 || s.lost) {
+			byGateway[s.gateway] = append(byGateway[s.gateway], s.id)
+		}
+	}
+	a.woken = a.woken[:0]
+	for _, gw := range slices.Sorted(maps.Keys(byGateway)) {
+		ids := slices.Compact(slices.Sorted(slices.Values(byGateway[gw])))
+		var payload []byte
+		if len(ids) <= maxNoteSessions {
+			for _, id := range ids {
+				payload = binary.BigEndian.AppendUint64(payload, uint64(id))
+			}
+		}
+		ctx.Notify(bft.ClientID(gw), payload)
+	}
+}
+
+// NotedSessions decodes a notification's payload: the sessions that have
+// events waiting, or nil for all of the gateway's.
+func NotedSessions(payload []byte) []int64 {
+	if len(payload) == 0 || len(payload)%8 != 0 {
+		return nil
+	}
+	ids := make([]int64, 0, len(payload)/8)
+	for ; len(payload) > 0; payload = payload[8:] {
+		ids = append(ids, int64(binary.BigEndian.Uint64(payload)))
+	}
+	return ids
 }
 
 // ReadOnly reports whether a request only reads the state: no write,
@@ -211,10 +273,16 @@ func (a *App) queue(evs []tree.Event) {
 		added := len(b) - len(s.events)
 		if err != nil || len(b) > a.cfg.MaxQueuedBytes || a.queued+added > a.cfg.MaxQueuedTotal {
 			s.lost = true
+			if a.notified[s.gateway] {
+				a.woken = append(a.woken, s)
+			}
 			continue
 		}
 		s.events = b
 		a.queued += added
+		if a.notified[s.gateway] {
+			a.woken = append(a.woken, s)
+		}
 	}
 }
 
@@ -251,7 +319,7 @@ func (a *App) connect(o op, now int64) ConnectResult {
 		if err != nil {
 			return ConnectResult{Status: StatusClose}
 		}
-		a.sessions[id] = &session{gateway: o.gateway}
+		a.sessions[id] = &session{id: id, gateway: o.gateway}
 		return ConnectResult{Status: StatusOK, Session: id, Timeout: timeout}
 	}
 	s := a.sessions[o.session]

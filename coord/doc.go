@@ -41,19 +41,22 @@
 //
 // # Watch events
 //
-// The bft driver's client does not deliver the core's notifications
-// (bft.ExecContext.Notify) yet, so a watch event waits in its session's
-// queue, part of the replicated state, until the session's next result collects it: the
-// reply to one of its requests (events first, as ZooKeeper sends them
-// before the reply that follows the change) or a poll. That costs one
-// ordered op per poll: a gateway polls the sessions that hold watches
-// every few milliseconds while they are idle, and the others only to
-// renew them, so an event reaches an idle client within a poll interval
-// and a round of the protocol, and a gateway whose sessions hold watches
-// costs the cluster one ordered op per poll interval, however many
-// sessions it has (100 a second at gateway.Config's default). Queues are bounded, each
-// (Config.MaxQueuedBytes) and all together (Config.MaxQueuedTotal); a
-// session whose event does not fit loses it and later ones until it
-// collects what it has, and is then told to reconnect, which registers
-// its watches again.
+// A watch event waits in its session's queue, part of the replicated
+// state, until the session's next result collects it: the reply to one of
+// its requests (events first, as ZooKeeper sends them before the reply
+// that follows the change) or a poll (PollOp). So events and replies reach
+// the client in the replicas' order, whatever path each takes. A gateway
+// whose number is one of Config.Clients is told when events wait: after
+// an op that queued some for its sessions, the replicas notify that
+// identity (bft.ExecContext.Notify), naming the sessions, and the gateway
+// polls them at once, one ordered op for all. A gateway that is not
+// notified polls the sessions that may hold watches every few
+// milliseconds, which costs one ordered op per poll interval however many
+// sessions it has, and delays an idle client's event by up to an
+// interval.
+//
+// Queues are bounded, each (Config.MaxQueuedBytes) and all together
+// (Config.MaxQueuedTotal); a session whose event does not fit loses it
+// and later ones until it collects what it has, and is then told to
+// reconnect, which registers its watches again.
 package coord

@@ -55,7 +55,7 @@ func (a *App) Restore(b []byte) error {
 	last, queued := int64(0), 0
 	for i := range n {
 		id := d.Int64()
-		s := &session{gateway: d.Int64(), lost: d.Bool(), events: d.Buffer()}
+		s := &session{id: id, gateway: d.Int64(), lost: d.Bool(), events: d.Buffer()}
 		if d.Err() != nil {
 			break
 		}

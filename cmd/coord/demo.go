@@ -22,7 +22,6 @@ import (
 	"github.com/rubin-go/rubin/bft/auth"
 	"github.com/rubin-go/rubin/bft/node"
 	"github.com/rubin-go/rubin/coord"
-	"github.com/rubin-go/rubin/coord/gateway"
 )
 
 // demoConfig is what the demo runs.
@@ -99,7 +98,7 @@ func demo(ctx context.Context, d demoConfig, stdout, stderr io.Writer) error {
 		c.Replicas[i].Addr = listeners[i].Addr().String()
 	}
 	for i := range replicas {
-		app := coord.New(coord.Config{})
+		app := coord.New(coord.Config{Clients: clientIDs(c)})
 		r, err := node.NewReplica(node.ReplicaConfig{
 			Cluster: c, ID: bft.ReplicaID(i), Network: d.network, App: app, Core: coreConfig(),
 			Listener: listeners[i], Logger: logger,
@@ -120,15 +119,11 @@ func demo(ctx context.Context, d demoConfig, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	client, err := node.NewClient(ctx, node.ClientConfig{Cluster: c, IDs: ids, Network: d.network, Logger: logger})
+	client, gw, err := newGateway(ctx, node.ClientConfig{Cluster: c, IDs: ids, Network: d.network, Logger: logger})
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	gw, err := gateway.New(gateway.Config{Invoker: client, Logger: logger})
-	if err != nil {
-		return err
-	}
 	defer gw.Close()
 	gln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/rubin-go/rubin/bft"
 	"github.com/rubin-go/rubin/bft/auth"
@@ -36,15 +37,11 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	logger := cf.logger(stderr).With("gateway", listen)
-	client, err := node.NewClient(ctx, node.ClientConfig{Cluster: c, IDs: pool, Transport: &cf.transport, Logger: logger})
+	client, gw, err := newGateway(ctx, node.ClientConfig{Cluster: c, IDs: pool, Transport: &cf.transport, Logger: logger})
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	gw, err := gateway.New(gateway.Config{Invoker: client, Logger: logger})
-	if err != nil {
-		return err
-	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		gw.Close()
@@ -64,14 +61,42 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 }
 
+// newGateway starts a bft client with cfg and a gateway on it, notified
+// as the client's first identity.
+func newGateway(ctx context.Context, cfg node.ClientConfig) (*node.Client, *gateway.Server, error) {
+	var gw atomic.Pointer[gateway.Server]
+	cfg.OnNote = func(_ bft.ClientID, n bft.Note) {
+		if g := gw.Load(); g != nil {
+			g.Note(n)
+		}
+	}
+	client, err := node.NewClient(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	g, err := gateway.New(gateway.Config{Invoker: client, ID: int64(cfg.IDs[0]), Notified: true, Logger: cfg.Logger})
+	if err != nil {
+		client.Close()
+		return nil, nil, err
+	}
+	gw.Store(g)
+	return client, g, nil
+}
+
+// clientIDs lists the client identities of c, in order.
+func clientIDs(c *auth.Cluster) []bft.ClientID {
+	var ids []bft.ClientID
+	for _, cl := range c.Clients {
+		ids = append(ids, cl.ID)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
 // identities parses -ids, "first-last", into the client identities of c
 // it names; "" names them all.
 func identities(c *auth.Cluster, spec string) ([]bft.ClientID, error) {
-	var all []bft.ClientID
-	for _, cl := range c.Clients {
-		all = append(all, cl.ID)
-	}
-	slices.Sort(all)
+	all := clientIDs(c)
 	if spec == "" {
 		if len(all) == 0 {
 			return nil, fmt.Errorf("%w: the cluster file has no clients", errUsage)

@@ -73,7 +73,7 @@ func runReplica(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		Cluster:   c,
 		ID:        bft.ReplicaID(id),
 		Transport: &cf.transport,
-		App:       coord.New(coord.Config{}),
+		App:       coord.New(coord.Config{Clients: clientIDs(c)}),
 		Core:      coreConfig(),
 		Logger:    cf.logger(stderr).With("replica", id),
 		DataDir:   dataDir,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,6 +38,7 @@ type testCluster struct {
 	cancels []context.CancelFunc
 	errs    []chan error
 	client  *node.Client
+	notes   atomic.Int64 // notifications the gateway's identity got
 	gw      *gateway.Server
 	addr    string // the gateway's
 }
@@ -72,17 +74,28 @@ func newClusterWith(t *testing.T, wrap func(i int, app *coord.App) bft.App, dirs
 	for i := range ids {
 		ids[i] = bft.ClientID(i)
 	}
+	// The gateway is notified as its first identity; it polls only as a
+	// safety net, so rarely that the tests see events only if the
+	// notifications work.
+	var gw atomic.Pointer[gateway.Server]
 	tc.client, err = node.NewClient(context.Background(), node.ClientConfig{
 		Cluster: cl, IDs: ids, Network: "tcp", Tick: testTick,
 		RedialMin: 5 * time.Millisecond, RedialMax: 100 * time.Millisecond,
+		OnNote: func(_ bft.ClientID, n bft.Note) {
+			tc.notes.Add(1)
+			if g := gw.Load(); g != nil {
+				g.Note(n)
+			}
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc.gw, err = gateway.New(gateway.Config{Invoker: tc.client})
+	tc.gw, err = gateway.New(gateway.Config{Invoker: tc.client, ID: int64(ids[0]), Notified: true, PollInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
+	gw.Store(tc.gw)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +106,11 @@ func newClusterWith(t *testing.T, wrap func(i int, app *coord.App) bft.App, dirs
 }
 
 func (tc *testCluster) startReplica(i int, ln net.Listener) {
-	app := coord.New(coord.Config{})
+	var clients []bft.ClientID
+	for _, c := range tc.cl.Clients {
+		clients = append(clients, c.ID)
+	}
+	app := coord.New(coord.Config{Clients: clients})
 	var face bft.App = app
 	if tc.wrap != nil {
 		face = tc.wrap(i, app)

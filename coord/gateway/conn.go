@@ -30,6 +30,7 @@ type conn struct {
 	// or a poll's, so the session's results come in the replicas' order.
 	turn     chan struct{}
 	watching atomic.Bool  // the session may hold watches: poll it often
+	noted    atomic.Bool  // the replicas said events wait for it
 	touched  atomic.Int64 // when a result last renewed it (UnixNano)
 	lastZxid atomic.Int64 // the highest zxid of a reply, for pings
 
@@ -255,6 +256,9 @@ func (c *conn) work() {
 		}
 		r, err := c.run(req)
 		<-c.turn
+		if c.noted.Load() {
+			c.srv.signalPoll()
+		}
 		if err != nil {
 			c.kill(err)
 			return

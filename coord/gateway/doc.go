@@ -49,9 +49,10 @@
 // and is ordered when the replicas disagree or ask for it (a session with
 // watch events waiting). Pings are answered by the gateway itself; the
 // gateway renews its sessions on the replicas and collects their watch
-// events with polls (coord.PollOp): every Config.PollInterval for the
-// sessions that may hold watches, and every third of its timeout for each
-// other session. A poll takes a session's turn, as a request does, so
+// events with polls (coord.PollOp): when the replicas notify it that
+// events wait (Config.Notified, Server.Note), every Config.PollInterval
+// for the sessions that may hold watches, and every third of its timeout
+// for each session. A poll takes a session's turn, as a request does, so
 // events and replies reach the client in the replicas' order.
 //
 // Memory is bounded per connection: the requests waiting

@@ -9,8 +9,10 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/rubin-go/rubin/bft"
 	"github.com/rubin-go/rubin/coord"
 )
 
@@ -31,10 +33,18 @@ type Config struct {
 	Invoker Invoker
 	// ID names the gateway in its ops: sessions belong to the gateway
 	// that last connected them. Default: random. Two gateways must not
-	// share one.
+	// share one; with Notified it is the identity notified, and taken as
+	// it is, 0 included.
 	ID int64
+	// Notified says the replicas notify the gateway when events wait for
+	// its sessions: ID is a client identity of the cluster (listed in the
+	// replicas' coord.Config.Clients), and the Invoker's client passes
+	// that identity's notifications to Note (node.ClientConfig.OnNote).
+	// The gateway then polls a session when told to, and every
+	// PollInterval only as a safety net.
+	Notified bool
 	// PollInterval is how often sessions that may hold watches are
-	// polled for their events (default 10ms).
+	// polled for their events (default 10ms, or 1s if Notified).
 	PollInterval time.Duration
 	// HandshakeTimeout bounds how long a new connection may take to send
 	// its connect request (default 10s).
@@ -53,6 +63,9 @@ type Config struct {
 func (c Config) normalized() Config {
 	if c.PollInterval <= 0 {
 		c.PollInterval = 10 * time.Millisecond
+		if c.Notified {
+			c.PollInterval = time.Second
+		}
 	}
 	if c.HandshakeTimeout <= 0 {
 		c.HandshakeTimeout = 10 * time.Second
@@ -83,6 +96,11 @@ type Server struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// wake asks the poller for a poll of the noted sessions; noteAll
+	// says a notification was lost or named no session: poll them all.
+	wake    chan struct{}
+	noteAll atomic.Bool
+
 	mu        sync.Mutex
 	closed    bool
 	listeners map[net.Listener]bool
@@ -97,7 +115,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("gateway: Config.Invoker is nil")
 	}
 	cfg = cfg.normalized()
-	for cfg.ID == 0 {
+	for cfg.ID == 0 && !cfg.Notified {
 		var b [8]byte
 		if _, err := rand.Read(b[:]); err != nil {
 			return nil, err
@@ -105,7 +123,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.ID = int64(binary.BigEndian.Uint64(b[:]) >> 1)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel,
+	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1),
 		listeners: make(map[net.Listener]bool), conns: make(map[*conn]bool), sessions: make(map[int64]*conn)}
 	s.wg.Add(1)
 	go s.pollLoop()
@@ -218,35 +236,83 @@ func (s *Server) forget(c *conn) {
 	}
 }
 
-// pollLoop polls the sessions, one poll at a time, every PollInterval.
+// Note takes a notification the replicas sent the gateway's identity
+// (Config.Notified): it names sessions with events waiting, which the
+// gateway then polls. A lost notification, or one that names none, makes
+// it poll every session that may hold watches. Note returns at once; it
+// may be called from any goroutine, node.ClientConfig.OnNote's included.
+func (s *Server) Note(n bft.Note) {
+	ids := coord.NotedSessions(n.Payload)
+	if n.Lost > 0 || ids == nil {
+		s.noteAll.Store(true)
+	} else {
+		s.mu.Lock()
+		for _, id := range ids {
+			if c := s.sessions[id]; c != nil {
+				c.noted.Store(true)
+			}
+		}
+		s.mu.Unlock()
+	}
+	s.signalPoll()
+}
+
+func (s *Server) signalPoll() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pollLoop polls the sessions, one poll at a time: every PollInterval,
+// and when notified.
 func (s *Server) pollLoop() {
 	defer s.wg.Done()
 	t := time.NewTicker(s.cfg.PollInterval)
 	defer t.Stop()
+	// Sessions are renewed every third of their timeout, which may be
+	// shorter than PollInterval.
+	renew := time.NewTicker(min(s.cfg.PollInterval, time.Second))
+	defer renew.Stop()
 	for {
+		tick := false
 		select {
 		case <-s.ctx.Done():
 			return
 		case <-t.C:
+			tick = true
+		case <-renew.C:
+		case <-s.wake:
 		}
-		s.pollOnce()
+		s.pollOnce(tick)
 	}
 }
 
-// pollOnce polls the sessions that are due and idle: those that may hold
-// watches, and those not renewed for a third of their timeout.
-func (s *Server) pollOnce() {
+// pollOnce polls the sessions that are due and idle: those noted, those
+// that may hold watches if tick or a notification was lost, and those
+// not renewed for a third of their timeout. A noted session that is busy
+// stays noted, and is polled when its request is done.
+func (s *Server) pollOnce(tick bool) {
 	now := time.Now()
+	all := s.noteAll.Swap(false)
 	var due []*conn
 	s.mu.Lock()
 	for _, c := range s.sessions {
-		if !c.watching.Load() && now.Sub(time.Unix(0, c.touched.Load())) < c.timeout/3 {
+		watching := c.watching.Load()
+		noted := c.noted.Load() || all && watching
+		if !noted && !(tick && watching) && now.Sub(time.Unix(0, c.touched.Load())) < c.timeout/3 {
 			continue
 		}
 		select {
 		case c.turn <- struct{}{}:
+			c.noted.Store(false)
 			due = append(due, c)
-		default: // a request is in flight; it renews the session
+		default:
+			// A request is in flight; it renews the session, and its
+			// result may carry the events. If not, poll after it.
+			if noted {
+				c.noted.Store(true)
+			}
 		}
 	}
 	s.mu.Unlock()

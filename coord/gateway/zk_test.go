@@ -316,6 +316,11 @@ func TestLockRecipe(t *testing.T) {
 	if v := tc.reps[1].Status().View; v == 0 {
 		t.Fatal("no view change after the primary crashed")
 	}
+	// The lock's watches fired through notifications: the gateway polls
+	// no more than once an hour.
+	if tc.notes.Load() == 0 {
+		t.Fatal("the gateway was never notified")
+	}
 
 	// The crashed replica comes back empty and catches up by state
 	// transfer: the App's snapshot, restored.
