@@ -2,8 +2,11 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
+	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -133,7 +136,8 @@ func TestCommands(t *testing.T) {
 	for i := range c.Replicas {
 		start("replica", "-id", strconv.Itoa(i), "-cluster", file, "-data-dir", filepath.Join(dir, "r"+strconv.Itoa(i)), "-transport", "tcp")
 	}
-	addr := announced(t, start("gateway", "-cluster", file, "-listen", "127.0.0.1:0", "-ids", "0-3", "-transport", "tcp"))
+	prof := filepath.Join(dir, "gateway.prof")
+	addr := announced(t, start("gateway", "-cluster", file, "-listen", "127.0.0.1:0", "-ids", "0-3", "-transport", "tcp", "-cpuprofile", prof))
 
 	zc, _, err := zk.Connect([]string{addr}, 10*time.Second, zk.WithLogger(quietLogger{}))
 	if err != nil {
@@ -145,6 +149,24 @@ func TestCommands(t *testing.T) {
 	}
 	if data, _, err := zc.Get("/hello"); err != nil || string(data) != "world" {
 		t.Fatalf("get: %q %v", data, err)
+	}
+
+	// The gateway writes its CPU profile when it stops: a gzipped
+	// protocol buffer.
+	zc.Close()
+	cancel()
+	wg.Wait()
+	f, err := os.Open(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatalf("CPU profile: %v", err)
+	}
+	if n, err := io.Copy(io.Discard, zr); err != nil || n == 0 {
+		t.Fatalf("CPU profile: %d bytes, %v", n, err)
 	}
 }
 

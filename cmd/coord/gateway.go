@@ -42,23 +42,26 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer client.Close()
+	defer gw.Close()
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
-		gw.Close()
 		return err
 	}
-	fmt.Fprintf(stdout, "gateway listening on %s\n", ln.Addr())
-	errc := make(chan error, 1)
-	go func() { errc <- gw.Serve(ln) }()
-	select {
-	case <-ctx.Done():
-		gw.Close()
-		<-errc
-		return nil
-	case err := <-errc:
-		gw.Close()
-		return err
-	}
+	defer ln.Close()
+	return cf.profiled(func() error {
+		fmt.Fprintf(stdout, "gateway listening on %s\n", ln.Addr())
+		errc := make(chan error, 1)
+		go func() { errc <- gw.Serve(ln) }()
+		select {
+		case <-ctx.Done():
+			gw.Close()
+			<-errc
+			return nil
+		case err := <-errc:
+			gw.Close()
+			return err
+		}
+	})
 }
 
 // newGateway starts a bft client with cfg and a gateway on it, notified

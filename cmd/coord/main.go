@@ -5,8 +5,8 @@
 // Usage:
 //
 //	coord keygen -n 4 -base-port 7100 -out cluster.json [-clients 64] [-host 127.0.0.1]
-//	coord replica -id I -cluster cluster.json [-data-dir DIR] [-transport tcp|rdma] [-v]
-//	coord gateway -cluster cluster.json -listen HOST:PORT [-ids FIRST-LAST] [-transport tcp|rdma] [-v]
+//	coord replica -id I -cluster cluster.json [-data-dir DIR] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
+//	coord gateway -cluster cluster.json -listen HOST:PORT [-ids FIRST-LAST] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
 //	coord demo [-transport tcp|rdma] [-clients C] [-rounds R]
 //
 // keygen writes a cluster file as bft keygen does: every replica's
@@ -31,7 +31,9 @@
 // replicas hold identical states.
 //
 // Every command that joins a cluster takes rubin.Config's flags:
-// -transport, -spin, -max-message-size and -pollers.
+// -transport, -spin, -max-message-size and -pollers. replica and gateway
+// also take -cpuprofile FILE: they write a CPU profile of their whole run
+// to FILE (go tool pprof reads it) when they stop.
 //
 // Exit status: 2 for bad arguments, 1 for a failure at run time.
 package main
@@ -65,8 +67,8 @@ const (
 
 const usageText = `usage:
   coord keygen -n 4 -base-port 7100 -out cluster.json [-clients 64] [-host 127.0.0.1]
-  coord replica -id I -cluster cluster.json [-data-dir DIR] [-transport tcp|rdma] [-v]
-  coord gateway -cluster cluster.json -listen HOST:PORT [-ids FIRST-LAST] [-transport tcp|rdma] [-v]
+  coord replica -id I -cluster cluster.json [-data-dir DIR] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
+  coord gateway -cluster cluster.json -listen HOST:PORT [-ids FIRST-LAST] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
   coord demo [-transport tcp|rdma] [-clients C] [-rounds R]
 `
 

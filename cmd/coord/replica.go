@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"runtime/pprof"
 
 	"github.com/rubin-go/rubin"
 	"github.com/rubin-go/rubin/bft"
@@ -17,14 +20,16 @@ import (
 // clusterFlags are the flags of the commands that join a cluster: the
 // cluster file, the transport (rubin.Config's flags) and -v.
 type clusterFlags struct {
-	path      string
-	transport rubin.Config
-	verbose   bool
+	path       string
+	transport  rubin.Config
+	verbose    bool
+	cpuProfile string
 }
 
 func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.path, "cluster", "cluster.json", "the cluster file, as coord keygen writes it")
 	fs.BoolVar(&c.verbose, "v", false, "log at debug level")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to `file` when it ends")
 	c.transport.RegisterFlags(fs)
 }
 
@@ -34,6 +39,23 @@ func (c *clusterFlags) load() (*auth.Cluster, error) {
 		return nil, fmt.Errorf("%w: -transport %q is neither tcp nor rdma", errUsage, t)
 	}
 	return auth.Load(c.path)
+}
+
+// profiled calls run, under the CPU profile -cpuprofile asks for, if any.
+func (c *clusterFlags) profiled(run func() error) error {
+	if c.cpuProfile == "" {
+		return run()
+	}
+	f, err := os.Create(c.cpuProfile)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+		if err == nil {
+			err = run()
+			pprof.StopCPUProfile()
+		}
+		err = errors.Join(err, f.Close())
+	}
+	return err
 }
 
 func (c *clusterFlags) logger(w io.Writer) *slog.Logger {
@@ -88,5 +110,5 @@ func runReplica(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		case <-ctx.Done():
 		}
 	}()
-	return r.Run(ctx)
+	return cf.profiled(func() error { return r.Run(ctx) })
 }
