@@ -22,14 +22,17 @@ import (
 
 const testTick = 2 * time.Millisecond
 
-// testCluster is four replicas of the coordination service on loopback
-// TCP, a bft client with a pool of identities, and a gateway.
+// testCluster is four replicas of the coordination service, a bft client
+// with a pool of identities, and a gateway that serves ZooKeeper clients
+// on loopback TCP. The replicas and the bft client talk over network
+// (loopback TCP unless a test says otherwise).
 type testCluster struct {
-	t    *testing.T
-	cl   *auth.Cluster
-	mu   sync.Mutex
-	reps []*node.Replica
-	apps []*coord.App
+	t       *testing.T
+	network string
+	cl      *auth.Cluster
+	mu      sync.Mutex
+	reps    []*node.Replica
+	apps    []*coord.App
 	// wrap, if set, gives replica i's App a face of its own: a Byzantine
 	// replica's.
 	wrap func(i int, app *coord.App) bft.App
@@ -52,15 +55,23 @@ func newTestCluster(t *testing.T) *testCluster {
 // and their data in dirs, if set.
 func newClusterWith(t *testing.T, wrap func(i int, app *coord.App) bft.App, dirs []string) *testCluster {
 	t.Helper()
+	return newClusterOver(t, "tcp", "127.0.0.1", wrap, dirs)
+}
+
+// newClusterOver is newClusterWith with the replicas on host, reached over
+// network ("tcp" or "rdma"), by each other and by the gateway's bft
+// client.
+func newClusterOver(t *testing.T, network, host string, wrap func(i int, app *coord.App) bft.App, dirs []string) *testCluster {
+	t.Helper()
 	const n, identities = 4, 32
-	cl, err := auth.Generate(n, identities, "127.0.0.1", 1, nil)
+	cl, err := auth.Generate(n, identities, host, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc := &testCluster{t: t, cl: cl, wrap: wrap, dirs: dirs, reps: make([]*node.Replica, n), apps: make([]*coord.App, n), cancels: make([]context.CancelFunc, n), errs: make([]chan error, n)}
+	tc := &testCluster{t: t, network: network, cl: cl, wrap: wrap, dirs: dirs, reps: make([]*node.Replica, n), apps: make([]*coord.App, n), cancels: make([]context.CancelFunc, n), errs: make([]chan error, n)}
 	lns := make([]net.Listener, n)
 	for i := range lns {
-		if lns[i], err = rubin.Listen("tcp", "127.0.0.1:0"); err != nil {
+		if lns[i], err = rubin.Listen(network, net.JoinHostPort(host, "0")); err != nil {
 			t.Fatal(err)
 		}
 		cl.Replicas[i].Addr = lns[i].Addr().String()
@@ -79,7 +90,7 @@ func newClusterWith(t *testing.T, wrap func(i int, app *coord.App) bft.App, dirs
 	// notifications work.
 	var gw atomic.Pointer[gateway.Server]
 	tc.client, err = node.NewClient(context.Background(), node.ClientConfig{
-		Cluster: cl, IDs: ids, Network: "tcp", Tick: testTick,
+		Cluster: cl, IDs: ids, Network: network, Tick: testTick,
 		RedialMin: 5 * time.Millisecond, RedialMax: 100 * time.Millisecond,
 		OnNote: func(_ bft.ClientID, n bft.Note) {
 			tc.notes.Add(1)
@@ -116,7 +127,7 @@ func (tc *testCluster) startReplica(i int, ln net.Listener) {
 		face = tc.wrap(i, app)
 	}
 	r, err := node.NewReplica(node.ReplicaConfig{
-		Cluster: tc.cl, ID: bft.ReplicaID(i), Network: "tcp", Listener: ln, Tick: testTick,
+		Cluster: tc.cl, ID: bft.ReplicaID(i), Network: tc.network, Listener: ln, Tick: testTick,
 		App: face, DataDir: tc.dataDir(i),
 		Core: bft.Config{CheckpointInterval: 16, WatermarkWindow: 64, RequestTicks: 50, ViewChangeTicks: 50, FetchTicks: 10,
 			MaxOpSize: coord.MaxOpSize, MaxBatchBytes: 2 * coord.MaxOpSize},
@@ -160,7 +171,7 @@ func (tc *testCluster) dataDir(i int) string {
 // recovered from its data directory.
 func (tc *testCluster) restart(i int) {
 	tc.t.Helper()
-	ln, err := rubin.Listen("tcp", tc.cl.Replicas[i].Addr)
+	ln, err := rubin.Listen(tc.network, tc.cl.Replicas[i].Addr)
 	if err != nil {
 		tc.t.Fatal(err)
 	}

@@ -274,7 +274,10 @@ func TestZooKeeperClient(t *testing.T) {
 // held the lock at once. The primary crashes midway; the clients carry on
 // through the view change.
 func TestLockRecipe(t *testing.T) {
-	tc := newTestCluster(t)
+	lockRecipe(t, newTestCluster(t))
+}
+
+func lockRecipe(t *testing.T, tc *testCluster) {
 	setup := tc.connect(10 * time.Second)
 	must(setup.Create("/counter", []byte("0"), 0, open))
 	const clients, rounds = 4, 10
@@ -469,11 +472,19 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 // their data directories: the znodes, the session and its ephemeral node
 // are back, and the client, still connected to the gateway, carries on.
 func TestRestartAllDurable(t *testing.T) {
-	dirs := make([]string, 4)
+	restartAllDurable(t, newClusterWith(t, nil, tempDirs(t, 4)))
+}
+
+// tempDirs returns n temporary directories.
+func tempDirs(t *testing.T, n int) []string {
+	dirs := make([]string, n)
 	for i := range dirs {
 		dirs[i] = t.TempDir()
 	}
-	tc := newClusterWith(t, nil, dirs)
+	return dirs
+}
+
+func restartAllDurable(t *testing.T, tc *testCluster) {
 	c := tc.connect(20 * time.Second)
 	must(c.Create("/durable", nil, 0, open))
 	must(c.Create("/durable/eph", nil, zk.FlagEphemeral, open))
