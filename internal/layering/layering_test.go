@@ -80,7 +80,7 @@ var layers = []layer{
 	{"simulated network", []string{"bft/internal/simnet"}, []string{"bft auth"}},
 
 	// Programs on top.
-	{"measuring", []string{"internal/stats", "benchmarks/internal/benchkit"}, nil},
+	{"measuring", []string{"internal/stats", "internal/cost", "benchmarks/internal/benchkit"}, nil},
 	{"commands", []string{"cmd/echo", "cmd/bft", "cmd/coord", "benchmarks", "benchmarks/echobench", "benchmarks/rdmabench", "benchmarks/bftbench", "benchmarks/coordbench"},
 		[]string{"metrics", "rdma transport", "bft driver", "bft services", "coordination gateway", "measuring"}},
 }
