@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rubin-go/rubin/internal/cost"
 	"github.com/rubin-go/rubin/internal/rdmatest"
 )
 
@@ -121,7 +122,49 @@ func parseSummary(t *testing.T, line string) map[string]string {
 			t.Fatalf("summary field %s=%q is not a number", k, m[k])
 		}
 	}
+	for _, k := range costKeys {
+		v, ok := m[k]
+		if !ok {
+			t.Fatalf("summary line %q has no %s", line, k)
+		}
+		if x, err := strconv.ParseFloat(v, 64); v != "-" && (err != nil || x < 0) {
+			t.Fatalf("summary field %s=%q is neither a count nor -", k, v)
+		}
+	}
 	return m
+}
+
+// costKeys are the keys of the client's costs per message.
+var costKeys = []string{"cpu_ns_per_msg", "cgo_per_msg", "syscalls_per_msg"}
+
+// checkCosts checks the costs of a summary line m that the client printed
+// with stderr, counting system calls unless told not to: CPU time spent,
+// and system calls counted, or stderr saying why not. It returns the cgo
+// calls per message.
+func checkCosts(t *testing.T, m map[string]string, stderr string, syscalls bool) float64 {
+	t.Helper()
+	if cpu, err := strconv.ParseFloat(m["cpu_ns_per_msg"], 64); err != nil || cpu <= 0 {
+		t.Errorf("cpu_ns_per_msg=%s, want CPU time spent", m["cpu_ns_per_msg"])
+	}
+	cgo, err := strconv.ParseFloat(m["cgo_per_msg"], 64)
+	if err != nil {
+		t.Errorf("cgo_per_msg=%s, want a count", m["cgo_per_msg"])
+	}
+	notCounted := strings.Contains(stderr, "system calls are not counted")
+	sys := m["syscalls_per_msg"]
+	switch {
+	case !syscalls && (sys != "-" || notCounted):
+		t.Errorf("-syscalls=false, and syscalls_per_msg=%s; stderr:\n%s", sys, stderr)
+	case syscalls && notCounted && sys != "-":
+		t.Errorf("syscalls_per_msg=%s, and stderr says they are not counted:\n%s", sys, stderr)
+	case syscalls && !notCounted:
+		// Every echo takes a system call or more, on one side or the other
+		// of this process.
+		if x, err := strconv.ParseFloat(sys, 64); err != nil || x <= 0 {
+			t.Errorf("syscalls_per_msg=%s, and stderr does not say why they were not counted:\n%s", sys, stderr)
+		}
+	}
+	return cgo
 }
 
 func TestGoNetEcho(t *testing.T) {
@@ -236,7 +279,7 @@ func TestClientRejectsWrongEcho(t *testing.T) {
 				}
 				brokenEcho(t, ln, size, c.corrupt)
 				cfg := clientConfig{network: "tcp", addr: ln.Addr().String(), size: size, conns: 2, depth: depth}
-				_, err = runClient(context.Background(), apis[baselineAPI], cfg, 100, 0, io.Discard)
+				_, err = runClient(context.Background(), apis[baselineAPI], cfg, 100, 0, nil, io.Discard)
 				var perr *payloadError
 				if !errors.As(err, &perr) {
 					t.Fatalf("client error = %v, want a payload error", err)
@@ -263,7 +306,7 @@ func TestClientStopsOnCancel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	cfg := clientConfig{network: "tcp", addr: ln.Addr().String(), size: 64, conns: 1, depth: 1}
-	_, err = runClient(ctx, apis[baselineAPI], cfg, 100, 0, io.Discard)
+	_, err = runClient(ctx, apis[baselineAPI], cfg, 100, 0, nil, io.Discard)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("client error = %v, want the context's deadline", err)
 	}
@@ -417,12 +460,38 @@ func TestSummaryLineFormat(t *testing.T) {
 		},
 	}
 	const want = "transport=tcp size=64 conns=1 msgs=10000 p50_us=12.3 p99_us=45.6 p999_us=78.9 msgs_per_s=12346 MBps=0.79 api=conn spin_us=0 depth=1 warmup=1000 wall_s=0.810"
-	if got := s.String(); got != want {
+	if got := s.String(); got != want+" cpu_ns_per_msg=- cgo_per_msg=- syscalls_per_msg=-" {
+		t.Errorf("summary line, unmetered\n got %s\nwant %s", got, want)
+	}
+	s.metered = true
+	s.cost = cost.Reading{CPU: 203456789 * time.Nanosecond, Cgo: 30250, Syscalls: 40204, HasCPU: true, HasSyscalls: true}
+	if got, want := s.String(), want+" cpu_ns_per_msg=20346 cgo_per_msg=3.02 syscalls_per_msg=4.02"; got != want {
 		t.Errorf("summary line\n got %s\nwant %s", got, want)
 	}
+	s.cost.HasSyscalls, s.oneway = false, true
+	if got, want := s.String(), want+" oneway=1 cpu_ns_per_msg=20346 cgo_per_msg=3.02 syscalls_per_msg=-"; got != want {
+		t.Errorf("summary line, one way, system calls not counted\n got %s\nwant %s", got, want)
+	}
+	s.oneway = false
 	s.spin = 2500 * time.Nanosecond
 	if got := parseSummary(t, s.String())["spin_us"]; got != "2.5" {
 		t.Errorf("spin_us=%s, want 2.5", got)
+	}
+}
+
+// TestClientSyscallsFlag runs the client counting system calls, the
+// default, and with -syscalls=false.
+func TestClientSyscallsFlag(t *testing.T) {
+	addr, _ := startServer(t, "-api", "gonet")
+	for _, syscalls := range []bool{true, false} {
+		var stdout, stderr bytes.Buffer
+		args := []string{"client", "-api", "gonet", "-addr", addr, "-n", "500", "-syscalls=" + strconv.FormatBool(syscalls)}
+		if code := run(context.Background(), args, &stdout, &stderr); code != exitOK {
+			t.Fatalf("%q: client exited with status %d; stderr:\n%s", args, code, &stderr)
+		}
+		m := parseSummary(t, strings.TrimSpace(stdout.String()))
+		t.Logf("%s", strings.TrimSpace(stdout.String()))
+		checkCosts(t, m, stderr.String(), syscalls)
 	}
 }
 
@@ -443,7 +512,7 @@ func TestClientDoesNotAllocatePerMessage(t *testing.T) {
 		mallocs := func(n int) uint64 {
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
-			if _, err := runClient(context.Background(), apis[baselineAPI], cfg, n, 0, io.Discard); err != nil {
+			if _, err := runClient(context.Background(), apis[baselineAPI], cfg, n, 0, nil, io.Discard); err != nil {
 				t.Fatal(err)
 			}
 			runtime.ReadMemStats(&after)
@@ -476,6 +545,7 @@ func TestEveryAPI(t *testing.T) {
 				if m["msgs"] != "600" || m["conns"] != "3" || m["api"] != name {
 					t.Errorf("depth %d: summary %q", depth, &stdout)
 				}
+				checkCosts(t, m, stderr.String(), true)
 			}
 
 			// A server that accepts and reads but never answers.
@@ -501,7 +571,7 @@ func TestEveryAPI(t *testing.T) {
 			cfg := clientConfig{network: "tcp", addr: ln.Addr().String(), size: 64, conns: 2, depth: 2}
 			returned := make(chan error, 1)
 			go func() {
-				_, err := runClient(ctx, apis[name], cfg, 100, 0, io.Discard)
+				_, err := runClient(ctx, apis[name], cfg, 100, 0, nil, io.Discard)
 				returned <- err
 			}()
 			select {
@@ -543,6 +613,11 @@ func TestRDMAEcho(t *testing.T) {
 					t.Fatalf("%q: output is not one summary line of transport=rdma:\n%s", args, out)
 				}
 				m := parseSummary(t, out)
+				t.Logf("%s", out)
+				// Verbs calls are cgo calls.
+				if cgo := checkCosts(t, m, stderr.String(), true); cgo <= 0 {
+					t.Errorf("%q: cgo_per_msg=%s over RDMA", args, m["cgo_per_msg"])
+				}
 				want := map[string]string{
 					"api": name, "size": strconv.Itoa(c.size), "conns": strconv.Itoa(c.conns),
 					"msgs": strconv.Itoa(c.n), "depth": strconv.Itoa(c.depth),

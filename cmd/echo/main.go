@@ -4,7 +4,7 @@
 // Usage:
 //
 //	echo server -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT [-spin DURATION] [-metrics-addr ADDR]
-//	echo client -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT -size BYTES -n COUNT -conns N [-depth D] [-warmup W] [-spin DURATION] [-oneway]
+//	echo client -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT -size BYTES -n COUNT -conns N [-depth D] [-warmup W] [-spin DURATION] [-oneway] [-syscalls=false]
 //	echo demo [-rdma IP] [-quick]
 //	echo
 //
@@ -16,18 +16,32 @@
 // ones, have made the round trip. Each echo is checked against the message
 // sent. It ends by printing one summary line on standard output:
 //
-//	transport=tcp size=64 conns=1 msgs=10000 p50_us=12.3 p99_us=45.6 p999_us=78.9 msgs_per_s=12345 MBps=1.58 api=conn spin_us=0 depth=1 warmup=1000 wall_s=0.810
+//	transport=tcp size=64 conns=1 msgs=10000 p50_us=12.3 p99_us=45.6 p999_us=78.9 msgs_per_s=12345 MBps=1.58 api=conn spin_us=0 depth=1 warmup=1000 wall_s=0.810 cpu_ns_per_msg=20345 cgo_per_msg=0.00 syscalls_per_msg=4.02
 //
 // The latencies are round-trip times, from the start of the write to the end
 // of the read of the whole echo; msgs_per_s is the measured messages over the
 // wall time of the measured phase; MBps counts the payload one way. Further
 // fields may be added at the end of the line, never before.
 //
+// The last three fields are what the client process spent in the measured
+// phase, per measured message: its CPU time, user and system, by
+// getrusage; its calls from Go to C (cgo), by the runtime's count; and its
+// system calls, counted by the kernel: on Linux, where tracefs is mounted
+// and the process may open a perf event on the raw_syscalls:sys_enter
+// tracepoint (as root). A figure that cannot be measured is "-", and
+// stderr says why system calls are not counted. The figures cover every
+// thread of the client process and nothing else: the server, a process
+// of its own, is not in them (where a server runs in the same process, as
+// in this command's tests, they cover both). While the client counts
+// system calls, every system call on the machine takes the kernel's
+// traced path, which costs a little more: -syscalls=false, for a run that
+// measures latency, leaves them uncounted.
+//
 // With -oneway (api channel) the client streams its messages one way, as
 // fast as each connection takes them, and the server only counts them;
 // at the end the server sends back its count, which the client checks. The
 // measured phase ends when the last total arrives; msgs_per_s and MBps are
-// then comparable with ib_send_bw's, and the line ends with oneway=1. The
+// then comparable with ib_send_bw's, and the line has oneway=1. The
 // latency fields mean nothing then: every message is recorded as taking
 // no time but each connection's last, recorded as the time from its send
 // to the total.
@@ -66,6 +80,7 @@ import (
 	"time"
 
 	"github.com/rubin-go/rubin/internal/anytransport"
+	"github.com/rubin-go/rubin/internal/cost"
 	"github.com/rubin-go/rubin/metrics"
 
 	_ "github.com/rubin-go/rubin/transport/rdma" // the rdma network
@@ -91,7 +106,7 @@ const maxSize = 64 << 20
 
 const usageText = `usage:
   echo server -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT [-spin DURATION] [-metrics-addr ADDR]
-  echo client -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT -size BYTES -n COUNT -conns N [-depth D] [-warmup W] [-spin DURATION] [-oneway]
+  echo client -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT -size BYTES -n COUNT -conns N [-depth D] [-warmup W] [-spin DURATION] [-oneway] [-syscalls=false]
   echo demo [-rdma IP] [-quick]
   echo          (no arguments: the demo over 127.0.0.1)
 `
@@ -273,12 +288,13 @@ func runServerCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 
 // clientFlags are the flags of the client beyond the common ones.
 type clientFlags struct {
-	size   int
-	n      int
-	conns  int
-	depth  int
-	warmup int // -1 until set
-	oneway bool
+	size     int
+	n        int
+	conns    int
+	depth    int
+	warmup   int // -1 until set
+	oneway   bool
+	syscalls bool
 }
 
 func runClientCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -291,6 +307,7 @@ func runClientCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.IntVar(&cf.conns, "conns", 1, "connections")
 	fs.IntVar(&cf.depth, "depth", 1, "messages in flight per connection")
 	fs.BoolVar(&cf.oneway, "oneway", false, "stream messages one way, as fast as the connection takes them; the server counts them and confirms the total (api channel)")
+	fs.BoolVar(&cf.syscalls, "syscalls", true, "count the client's system calls (on Linux, with tracefs, as root); while counted, every system call takes longer")
 	cf.warmup = -1 // unset: derived from -n by check
 	fs.Func("warmup", "`count` of unmeasured messages sent first (default min(1000, n/10))", func(s string) error {
 		v, err := strconv.Atoi(s)
@@ -327,7 +344,12 @@ func runClientCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 		spin:    common.effectiveSpin(a, stderr),
 		oneway:  cf.oneway,
 	}
-	s, err := runClient(ctx, a, cfg, cf.n, cf.warmup, stderr)
+	meter := cost.Open(cost.Config{Syscalls: cf.syscalls})
+	defer meter.Close()
+	if err := meter.SyscallsErr(); err != nil && cf.syscalls {
+		fmt.Fprintf(stderr, "echo client: system calls are not counted: %v\n", err)
+	}
+	s, err := runClient(ctx, a, cfg, cf.n, cf.warmup, meter, stderr)
 	if err != nil {
 		return err
 	}
@@ -366,9 +388,10 @@ const (
 )
 
 // runClient runs a's client with n measured messages after warmup ones,
-// printing progress on stderr, and summarizes the run.
-func runClient(ctx context.Context, a api, cfg clientConfig, n, warmup int, stderr io.Writer) (summary, error) {
-	rec := newRecorder(n, warmup)
+// printing progress on stderr, and summarizes the run, with what the
+// measured phase cost by meter if it is not nil.
+func runClient(ctx context.Context, a api, cfg clientConfig, n, warmup int, meter *cost.Meter, stderr io.Writer) (summary, error) {
+	rec := newRecorder(n, warmup, meter)
 	progressCtx, stopProgress := context.WithCancel(ctx)
 	progressDone := make(chan struct{})
 	go func() {
@@ -422,7 +445,18 @@ func (s summary) String() string {
 	if s.oneway {
 		line += " oneway=1"
 	}
-	return line
+	cpu, cgo, syscalls := "-", "-", "-"
+	if s.metered {
+		per := func(x float64) float64 { return x / float64(s.msgs) }
+		if s.cost.HasCPU {
+			cpu = fmt.Sprintf("%.0f", per(float64(s.cost.CPU.Nanoseconds())))
+		}
+		cgo = fmt.Sprintf("%.2f", per(float64(s.cost.Cgo)))
+		if s.cost.HasSyscalls {
+			syscalls = fmt.Sprintf("%.2f", per(float64(s.cost.Syscalls)))
+		}
+	}
+	return line + " cpu_ns_per_msg=" + cpu + " cgo_per_msg=" + cgo + " syscalls_per_msg=" + syscalls
 }
 
 // micros returns d in microseconds.

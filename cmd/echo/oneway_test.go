@@ -23,6 +23,8 @@ func runOneway(t *testing.T, transport, addr string, size, n, conns int) {
 		t.Fatalf("%q: client exited with status %d; stderr:\n%s", args, code, &stderr)
 	}
 	m := parseSummary(t, strings.TrimSuffix(stdout.String(), "\n"))
+	t.Logf("%s", strings.TrimSuffix(stdout.String(), "\n"))
+	checkCosts(t, m, stderr.String(), true)
 	if m["msgs"] != strconv.Itoa(n) || m["oneway"] != "1" {
 		t.Errorf("%q: msgs=%s oneway=%s, want msgs=%d oneway=1", args, m["msgs"], m["oneway"], n)
 	}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rubin-go/rubin/internal/cost"
 	"github.com/rubin-go/rubin/internal/stats"
 )
 
@@ -19,6 +20,9 @@ import (
 // the first measured sequence number is handed out to the moment the last
 // measured message is recorded.
 //
+// With a meter, it also reads what the process spends as the measured
+// phase begins and as it ends.
+//
 // Next and Record may be called from any number of goroutines at once. The
 // times live in a slice allocated up front, one slot per measured message,
 // each written by the one goroutine that recorded it; result reads them and
@@ -28,6 +32,12 @@ type recorder struct {
 	total  uint64 // warmup + n
 	base   time.Time
 	times  []time.Duration // indexed by seq - warmup
+	meter  *cost.Meter     // nil: no costs
+
+	// The meter's readings as the measured phase begins and as it ends,
+	// each written by the one goroutine that begins or ends it; the last
+	// Record comes after Next began the phase, so result reads both.
+	costStart, costEnd cost.Reading
 
 	next     atomic.Uint64 // the next sequence number to hand out
 	recorded atomic.Uint64 // messages recorded, warmup included
@@ -37,13 +47,14 @@ type recorder struct {
 }
 
 // newRecorder returns a recorder for warmup unmeasured messages followed by
-// n measured ones.
-func newRecorder(n, warmup int) *recorder {
+// n measured ones, which reads meter, if not nil, around the measured ones.
+func newRecorder(n, warmup int, meter *cost.Meter) *recorder {
 	return &recorder{
 		warmup: uint64(warmup),
 		total:  uint64(warmup) + uint64(n),
 		base:   time.Now(),
 		times:  make([]time.Duration, n),
+		meter:  meter,
 	}
 }
 
@@ -55,6 +66,9 @@ func (r *recorder) Next() (seq uint64, ok bool) {
 		return 0, false
 	}
 	if seq == r.warmup {
+		if r.meter != nil {
+			r.costStart = r.meter.Read()
+		}
 		r.start.Store(int64(time.Since(r.base)))
 	}
 	return seq, true
@@ -70,6 +84,9 @@ func (r *recorder) Record(seq uint64, rtt time.Duration) {
 		r.times[seq-r.warmup] = rtt
 		if r.measured.Add(1) == uint64(len(r.times)) {
 			r.end.Store(int64(time.Since(r.base)))
+			if r.meter != nil {
+				r.costEnd = r.meter.Read()
+			}
 		}
 	}
 	r.recorded.Add(1)
@@ -80,6 +97,8 @@ type result struct {
 	msgs           int           // measured messages
 	p50, p99, p999 time.Duration // round-trip time percentiles
 	wall           time.Duration // duration of the measured phase
+	metered        bool          // cost is known: the recorder had a meter
+	cost           cost.Reading  // what the process spent in the measured phase
 }
 
 // msgsPerSecond returns the measured messages per second of wall time.
@@ -98,11 +117,13 @@ func (r *recorder) result() (result, error) {
 	}
 	slices.Sort(r.times)
 	return result{
-		msgs: len(r.times),
-		p50:  stats.Percentile(r.times, 50),
-		p99:  stats.Percentile(r.times, 99),
-		p999: stats.Percentile(r.times, 99.9),
-		wall: time.Duration(r.end.Load() - r.start.Load()),
+		msgs:    len(r.times),
+		p50:     stats.Percentile(r.times, 50),
+		p99:     stats.Percentile(r.times, 99),
+		p999:    stats.Percentile(r.times, 99.9),
+		wall:    time.Duration(r.end.Load() - r.start.Load()),
+		metered: r.meter != nil,
+		cost:    r.costEnd.Sub(r.costStart),
 	}, nil
 }
 

@@ -15,8 +15,9 @@
 //     process, inherited by the threads each creates after it. It needs
 //     tracefs mounted (or debugfs) and the right to open the event (root,
 //     or a perf_event_paranoid of 1 or less); without them, system calls
-//     are not counted. While a Meter counts system calls, the kernel takes
-//     its slower, traced path on every system call.
+//     are not counted. While a Meter counts system calls, every system
+//     call on the machine takes the kernel's slower, traced path: a
+//     measurement of latency had better not count them.
 package cost
 
 import (
@@ -55,14 +56,28 @@ type Meter struct {
 	sysErr error           // why they are not
 }
 
-// Open returns a Meter that counts the process's system calls from now
-// on, where it can (see the package documentation), and reads the other
-// figures where the system has them. It does not fail: what it cannot
-// count, its readings mark unknown, and SyscallsErr says why.
-func Open() *Meter {
+// Config says what a Meter measures beyond CPU time and cgo calls.
+type Config struct {
+	// Syscalls asks to count the process's system calls, where the
+	// system can (see the package documentation).
+	Syscalls bool
+}
+
+// Open returns a Meter that reads the process's CPU time where the system
+// has it and its cgo calls, and, if cfg asks, counts its system calls from
+// now on. It does not fail: what it cannot measure, its readings mark
+// unknown, and SyscallsErr says why for system calls.
+func Open(cfg Config) *Meter {
+	if !cfg.Syscalls {
+		return &Meter{sysErr: errNotAsked}
+	}
 	sys, err := openSyscallCounter()
 	return &Meter{sys: sys, sysErr: err}
 }
+
+// errNotAsked is SyscallsErr's answer when the Meter was not asked to count
+// system calls.
+var errNotAsked = errors.New("not asked to count system calls")
 
 // SyscallsErr returns why m does not count system calls, or nil if it
 // does.

@@ -2,6 +2,7 @@ package cost
 
 import (
 	"bytes"
+	"errors"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -10,7 +11,7 @@ import (
 )
 
 func TestClosedMeterDoesNotKnowSyscalls(t *testing.T) {
-	m := Open()
+	m := Open(Config{Syscalls: true})
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -19,6 +20,17 @@ func TestClosedMeterDoesNotKnowSyscalls(t *testing.T) {
 	}
 	if m.SyscallsErr() == nil {
 		t.Error("a closed meter has no reason not to count system calls")
+	}
+}
+
+func TestMeterCountsSyscallsOnlyIfAsked(t *testing.T) {
+	m := Open(Config{})
+	defer m.Close()
+	if r := m.Read(); r.HasSyscalls {
+		t.Errorf("a meter not asked to count system calls read %d", r.Syscalls)
+	}
+	if !errors.Is(m.SyscallsErr(), errNotAsked) {
+		t.Errorf("SyscallsErr() = %v, want %v", m.SyscallsErr(), errNotAsked)
 	}
 }
 

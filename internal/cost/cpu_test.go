@@ -30,7 +30,7 @@ func TestCPUTime(t *testing.T) {
 	// The kernel brings a running thread's CPU time up to date at least
 	// every scheduler tick.
 	const tick = 10 * time.Millisecond
-	m := Open()
+	m := Open(Config{})
 	defer m.Close()
 	began := time.Now()
 	start := m.Read()

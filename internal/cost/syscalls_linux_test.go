@@ -10,7 +10,7 @@ import (
 // test if the Meter does not count system calls here.
 func countingMeter(t *testing.T) *Meter {
 	t.Helper()
-	m := Open()
+	m := Open(Config{Syscalls: true})
 	t.Cleanup(func() {
 		if err := m.Close(); err != nil {
 			t.Error(err)

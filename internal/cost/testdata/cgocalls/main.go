@@ -15,7 +15,7 @@ import (
 func main() {
 	n := flag.Int("n", 1000, "calls to make")
 	flag.Parse()
-	m := cost.Open()
+	m := cost.Open(cost.Config{})
 	defer m.Close()
 	start := m.Read()
 	x := C.int(0)
