@@ -35,8 +35,12 @@
 // in flight, whose p50 round trip halved is set against ib_send_lat's
 // typical one-way time, and a throughput run, one connection with -depth
 // messages in flight, whose MB/s (payload, one way) is set against
-// ib_send_bw's. Server and client of every echo contender get the same
-// busy-poll setting, -spin; perftest always busy-polls. The default, 0, is
+// ib_send_bw's. The throughput run's client also reports what it spent
+// per message (its CPU time, cgo calls and system calls; the server's are
+// not counted), the table's last columns; the latency runs leave system
+// calls uncounted, since counting them slows every system call. Server
+// and client of every echo contender get the same busy-poll setting,
+// -spin; perftest always busy-polls. The default, 0, is
 // the default configuration: the selector's adaptive spin budget, which
 // follows the recent waits up to its cap (selector.DefaultMaxSpin) on
 // selectors with an RDMA completion queue, and sleeps at once on
@@ -349,11 +353,11 @@ func runEcho(ctx context.Context, l *benchkit.Launcher, bin string, cfg *config,
 	if latErr == nil {
 		lat = latency{oneWay: s.P50 / 2, p99: s.P99 / 2, line: s.Line, spinUS: s.SpinUS}
 	}
-	spec.Depth, spec.N = cfg.depth, cfg.throughputMessages(size)
+	spec.Depth, spec.N, spec.Syscalls = cfg.depth, cfg.throughputMessages(size), true
 	if latErr == nil || srv.Running() {
 		s, bwErr = l.EchoClient(ctx, bin, spec, addr, cfg.timeout)
 		if bwErr == nil {
-			bw = throughput{mbps: s.MBps, rate: s.Rate, line: s.Line}
+			bw = throughput{mbps: s.MBps, rate: s.Rate, costs: s.Costs, line: s.Line}
 		}
 	} else {
 		bwErr = errors.New("not run: the server had exited")
@@ -376,10 +380,10 @@ func runOneway(ctx context.Context, l *benchkit.Launcher, bin string, cfg *confi
 	if err != nil {
 		return latency{}, throughput{}, errNoLatency, err
 	}
-	spec.Oneway, spec.N = true, cfg.throughputMessages(spec.Size)
+	spec.Oneway, spec.N, spec.Syscalls = true, cfg.throughputMessages(spec.Size), true
 	s, bwErr := l.EchoClient(ctx, bin, spec, addr, cfg.timeout)
 	if bwErr == nil {
-		bw = throughput{mbps: s.MBps, rate: s.Rate, line: s.Line}
+		bw = throughput{mbps: s.MBps, rate: s.Rate, costs: s.Costs, line: s.Line}
 	}
 	if err := srv.Stop(); err != nil {
 		bwErr = firstError(bwErr, fmt.Errorf("server: %v: %s", err, srv.Stderr.Brief()))

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rubin-go/rubin/benchmarks/internal/benchkit"
 )
 
 // Outputs of perftest 4.5 under TCG emulation, as seen in the Soft-RoCE
@@ -152,8 +155,12 @@ func TestFlags(t *testing.T) {
 	}
 }
 
+// known returns a cost that was measured.
+func known(x float64) benchkit.Cost { return benchkit.Cost{Value: x, Known: true} }
+
 // testResults returns two sizes of every contender, in which rdma-conn's
-// throughput failed at 1 KiB.
+// throughput failed at 1 KiB, and tcp-channel's system calls were not
+// counted in one round.
 func testResults() *results {
 	sizes := []int{64, 1024}
 	res := newResults(allContenders, sizes)
@@ -162,8 +169,13 @@ func testResults() *results {
 		for round := range 3 {
 			jitter := float64(round)
 			res.add(size, perftest, latency{oneWay: 10 * f, p99: 20 * f, line: "perftest"}, nil, throughput{mbps: 100, rate: 1000}, nil)
-			res.add(size, rdmaChannel, latency{oneWay: 11 * f, p99: 30 * f, spinUS: "50"}, nil, throughput{mbps: 90 + jitter}, nil)
-			res.add(size, tcpChannel, latency{oneWay: 30 * f, spinUS: "50"}, nil, throughput{mbps: 50}, nil)
+			res.add(size, rdmaChannel, latency{oneWay: 11 * f, p99: 30 * f, spinUS: "50"}, nil, throughput{mbps: 90 + jitter, costs: benchkit.Costs{
+				CPUNs: known(4000 + 100*jitter), Cgo: known(3 - jitter/10), Syscalls: known(0.5 * f)}}, nil)
+			tcpCosts := benchkit.Costs{CPUNs: known(9000), Cgo: known(0), Syscalls: known(4)}
+			if round == 2 {
+				tcpCosts.Syscalls = benchkit.Cost{} // not counted
+			}
+			res.add(size, tcpChannel, latency{oneWay: 30 * f, spinUS: "50"}, nil, throughput{mbps: 50, costs: tcpCosts}, nil)
 			var bwErr error
 			if size == 1024 && round == 1 {
 				bwErr = errors.New("client: exit status 1: echo: boom")
@@ -210,6 +222,43 @@ func TestJudge(t *testing.T) {
 	}
 	if got := res.summary(targets[3]); !strings.Contains(got, "not measured at 1 KiB") {
 		t.Errorf("summary = %q, want 1 KiB not measured", got)
+	}
+}
+
+// TestMeasurementTableCosts checks the medians of the echo client's costs
+// in the measurement table: "-" where a round did not measure one, and
+// for perftest, which has none.
+func TestMeasurementTableCosts(t *testing.T) {
+	tab := testResults().measurementTable()
+	costCol := len(tab.Header) - len(benchkit.CostsHeader)
+	if got := tab.Header[costCol:]; !slices.Equal(got, []string{"CPU ns/msg", "cgo/msg", "syscalls/msg"}) {
+		t.Fatalf("the last columns are %q", got)
+	}
+	want := map[[2]string]string{
+		{"64 B", rdmaChannel}:  "4100 2.90 0.50",
+		{"1 KiB", rdmaChannel}: "4100 2.90 8.00",
+		{"64 B", tcpChannel}:   "9000 0.00 -",
+		{"64 B", perftest}:     "- - -",
+		{"64 B", rdmaOneway}:   "- - -",
+		{"1 KiB", rdmaConn}:    "failed failed failed", // a throughput run failed
+	}
+	for i, row := range tab.Rows {
+		key := [2]string{row[0], row[1]}
+		w, ok := want[key]
+		if !ok {
+			continue
+		}
+		delete(want, key)
+		got := ""
+		if tab.Errs[i] == "" {
+			got = strings.Join(row[costCol:], " ")
+		}
+		if got != w {
+			t.Errorf("%s %s costs %q, want %q", key[0], key[1], got, w)
+		}
+	}
+	for key := range want {
+		t.Errorf("no row for %s %s", key[0], key[1])
 	}
 }
 

@@ -33,9 +33,10 @@ func (l latency) status(err error) string {
 
 // A throughput is what one throughput run measured.
 type throughput struct {
-	mbps float64 // payload MB (10^6 bytes) per second, one way
-	rate float64 // messages per second
-	line string
+	mbps  float64        // payload MB (10^6 bytes) per second, one way
+	rate  float64        // messages per second
+	costs benchkit.Costs // the echo client's, per message; unknown for perftest
+	line  string
 }
 
 func (t throughput) status(err error) string {
@@ -131,9 +132,14 @@ func (c *cell) throughput() (throughput, bool) {
 	if c.bwErr != nil || len(c.bw) == 0 {
 		return throughput{}, false
 	}
+	costs := make([]benchkit.Costs, len(c.bw))
+	for i, t := range c.bw {
+		costs[i] = t.costs
+	}
 	return throughput{
-		mbps: medianOf(c.bw, func(t throughput) float64 { return t.mbps }),
-		rate: medianOf(c.bw, func(t throughput) float64 { return t.rate }),
+		mbps:  medianOf(c.bw, func(t throughput) float64 { return t.mbps }),
+		rate:  medianOf(c.bw, func(t throughput) float64 { return t.rate }),
+		costs: benchkit.MedianCosts(costs),
 	}, true
 }
 
@@ -288,8 +294,8 @@ func (r *results) has(name string) bool {
 // measurementTable lays out the medians of every contender.
 func (r *results) measurementTable() *benchkit.Table {
 	t := &benchkit.Table{
-		Header: []string{"size", "contender", "one-way p50 us", "one-way p99 us", "MB/s", "msgs/s"},
-		Right:  []bool{true, false, true, true, true, true},
+		Header: append([]string{"size", "contender", "one-way p50 us", "one-way p99 us", "MB/s", "msgs/s"}, benchkit.CostsHeader...),
+		Right:  []bool{true, false, true, true, true, true, true, true, true},
 		ErrCol: 2,
 	}
 	for _, size := range r.sizes {
@@ -311,8 +317,9 @@ func (r *results) measurementTable() *benchkit.Table {
 			}
 			if okBW {
 				row = append(row, fmt.Sprintf("%.2f", bw.mbps), fmt.Sprintf("%.0f", bw.rate))
+				row = append(row, bw.costs.Cells()...)
 			} else {
-				row = append(row, "failed", "failed")
+				row = append(row, "failed", "failed", "failed", "failed", "failed")
 			}
 			t.Add(row...)
 		}
@@ -429,6 +436,9 @@ func (r *report) notes() [][2]string {
 		{"units", "one-way latency in us: perftest's own, half the echo round trip for the others; " +
 			"MB/s are 10^6 bytes of payload per second one way (perftest's MiB/s converted); " +
 			"the echo throughput run moves every byte back too, ib_send_bw one way only"},
+		{"costs", "CPU ns/msg, cgo/msg and syscalls/msg are what the echo client process (not the server) spent per message in the throughput run: " +
+			"CPU time, user and system, by getrusage; calls from Go to C, by the Go runtime; system calls, counted by the kernel (raw_syscalls:sys_enter); " +
+			"- where not measured, and always for perftest. Latency runs do not count system calls, since counting slows every one"},
 		{"duration", r.elapsed.String()},
 	}...)
 	if n := len(r.perftestRetries); n > 0 {

@@ -29,6 +29,56 @@ func TestParseSummary(t *testing.T) {
 	}
 }
 
+func TestParseSummaryCosts(t *testing.T) {
+	known := func(x float64) Cost { return Cost{Value: x, Known: true} }
+	for _, c := range []struct {
+		line string
+		want Costs
+	}{
+		{line64, Costs{}}, // from before the costs were printed
+		{line64 + " wall_s=0.810 cpu_ns_per_msg=20346 cgo_per_msg=3.02 syscalls_per_msg=4.02",
+			Costs{CPUNs: known(20346), Cgo: known(3.02), Syscalls: known(4.02)}},
+		{line64 + " wall_s=0.810 oneway=1 cpu_ns_per_msg=812 cgo_per_msg=0.00 syscalls_per_msg=-",
+			Costs{CPUNs: known(812), Cgo: known(0)}},
+	} {
+		s, err := ParseSummary(c.line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Costs != c.want {
+			t.Errorf("ParseSummary(%q).Costs = %+v, want %+v", c.line, s.Costs, c.want)
+		}
+	}
+	for _, bad := range []string{
+		line64 + " cpu_ns_per_msg=x cgo_per_msg=0.00 syscalls_per_msg=-",
+		line64 + " cpu_ns_per_msg=100 cgo_per_msg=-1 syscalls_per_msg=-",
+		line64 + " cpu_ns_per_msg=100 cgo_per_msg=0.00 syscalls_per_msg=",
+	} {
+		if _, err := ParseSummary(bad); err == nil {
+			t.Errorf("ParseSummary(%q) succeeded", bad)
+		}
+	}
+}
+
+func TestMedianCosts(t *testing.T) {
+	known := func(x float64) Cost { return Cost{Value: x, Known: true} }
+	runs := []Costs{
+		{CPUNs: known(300), Cgo: known(3), Syscalls: known(5)},
+		{CPUNs: known(100), Cgo: known(2), Syscalls: Cost{}},
+		{CPUNs: known(200), Cgo: known(4), Syscalls: known(1)},
+	}
+	m := MedianCosts(runs)
+	if want := (Costs{CPUNs: known(200), Cgo: known(3)}); m != want {
+		t.Errorf("MedianCosts = %+v, want %+v (system calls unknown in one run)", m, want)
+	}
+	if got, want := strings.Join(m.Cells(), " "), "200 3.00 -"; got != want {
+		t.Errorf("Cells = %q, want %q", got, want)
+	}
+	if got := MedianCosts(nil); got != (Costs{}) {
+		t.Errorf("MedianCosts(nil) = %+v, want every cost unknown", got)
+	}
+}
+
 func TestSummaryLine(t *testing.T) {
 	out := "progress noise\n" + line64 + "\n"
 	if got := SummaryLine(out); got != line64 {

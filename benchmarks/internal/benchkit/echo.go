@@ -24,6 +24,10 @@ type EchoSpec struct {
 	Warmup    int           // unmeasured messages; passed on when positive, else the client's default
 	Spin      time.Duration // passed to server and client when positive
 	Oneway    bool          // the client streams one way (echo client -oneway)
+	// Syscalls has the client count its system calls. Counting makes
+	// every system call slower, so a run that measures latency should
+	// not; without it the client runs with -syscalls=false.
+	Syscalls bool
 }
 
 // common returns the flags server and client share.
@@ -61,6 +65,9 @@ func (l *Launcher) EchoClient(ctx context.Context, bin string, spec EchoSpec, ad
 	}
 	if spec.Oneway {
 		args = append(args, "-oneway")
+	}
+	if !spec.Syscalls {
+		args = append(args, "-syscalls=false")
 	}
 	var stdout bytes.Buffer
 	stderr := NewWatcher("")
@@ -105,7 +112,61 @@ type Sample struct {
 	Rate           float64 // messages per second
 	MBps           float64 // payload megabytes (10^6 bytes) per second, one way
 	SpinUS         string  // the spin budget in effect, in microseconds
+	Costs          Costs   // what the client process spent per message
 	Line           string  // the summary line itself
+}
+
+// A Cost is a figure the summary line may not know: it says "-" where the
+// client could not measure it, and an older client did not print it.
+type Cost struct {
+	Value float64
+	Known bool
+}
+
+// Format returns c with prec decimals, or "-" if it is unknown.
+func (c Cost) Format(prec int) string {
+	if !c.Known {
+		return "-"
+	}
+	return strconv.FormatFloat(c.Value, 'f', prec, 64)
+}
+
+// Costs are what the echo client process spent per measured message: CPU
+// time, calls from Go to C, and system calls.
+type Costs struct {
+	CPUNs, Cgo, Syscalls Cost
+}
+
+// CostsHeader heads the table columns of Costs.Cells.
+var CostsHeader = []string{"CPU ns/msg", "cgo/msg", "syscalls/msg"}
+
+// Cells returns c as table cells, under CostsHeader.
+func (c Costs) Cells() []string {
+	return []string{c.CPUNs.Format(0), c.Cgo.Format(2), c.Syscalls.Format(2)}
+}
+
+// MedianCosts returns the median of each cost over cs; a cost is known
+// only if every run knew it.
+func MedianCosts(cs []Costs) Costs {
+	median := func(get func(Costs) Cost) Cost {
+		xs := make([]float64, len(cs))
+		for i, c := range cs {
+			x := get(c)
+			if !x.Known {
+				return Cost{}
+			}
+			xs[i] = x.Value
+		}
+		if len(xs) == 0 {
+			return Cost{}
+		}
+		return Cost{Value: Median(xs), Known: true}
+	}
+	return Costs{
+		CPUNs:    median(func(c Costs) Cost { return c.CPUNs }),
+		Cgo:      median(func(c Costs) Cost { return c.Cgo }),
+		Syscalls: median(func(c Costs) Cost { return c.Syscalls }),
+	}
 }
 
 // SummaryLine returns the last line of out that is a summary line.
@@ -149,6 +210,24 @@ func ParseSummary(line string) (Sample, error) {
 			return Sample{}, fmt.Errorf("summary line %q: %s: %v", line, f.key, err)
 		}
 		*f.dst = x
+	}
+	for _, f := range []struct {
+		key string
+		dst *Cost
+	}{
+		{"cpu_ns_per_msg", &s.Costs.CPUNs},
+		{"cgo_per_msg", &s.Costs.Cgo},
+		{"syscalls_per_msg", &s.Costs.Syscalls},
+	} {
+		v, ok := fields[f.key]
+		if !ok || v == "-" {
+			continue // unknown
+		}
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil || x < 0 {
+			return Sample{}, fmt.Errorf("summary line %q: %s=%s is neither a count nor -", line, f.key, v)
+		}
+		*f.dst = Cost{Value: x, Known: true}
 	}
 	return s, nil
 }
