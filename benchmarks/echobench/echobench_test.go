@@ -46,8 +46,11 @@ func TestQuickFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.rounds != 2 || cfg.md != "x.md" {
-		t.Errorf("-quick overrode explicit flags: %+v", cfg)
+	if cfg.rounds != 2 || cfg.md != "x.md" || cfg.syscalls {
+		t.Errorf("-quick overrode explicit flags, or counts system calls: %+v", cfg)
+	}
+	if cfg, err := parseFlags([]string{"-quick", "-syscalls"}, io.Discard); err != nil || !cfg.syscalls {
+		t.Errorf("-syscalls gave %+v, %v", cfg, err)
 	}
 	for _, bad := range [][]string{{"-sizes", "64,x"}, {"-conns", "0"}, {"-apis", ","}, {"-rounds", "0"}, {"extra"}} {
 		if _, err := parseFlags(bad, io.Discard); err == nil {
@@ -56,8 +59,11 @@ func TestQuickFlags(t *testing.T) {
 	}
 }
 
+// known returns a cost that was measured.
+func known(x float64) benchkit.Cost { return benchkit.Cost{Value: x, Known: true} }
+
 // testResults returns results for two sizes at one connection, in which
-// "conn" failed at the larger size.
+// "conn" failed at the larger size and did not count system calls.
 func testResults(t *testing.T) *results {
 	t.Helper()
 	points := []point{{64, 1}, {1024, 1}}
@@ -69,9 +75,11 @@ func testResults(t *testing.T) *results {
 				t.Fatal(err)
 			}
 			g.P50, g.Rate = 10*round, 1000*round
+			g.Costs = benchkit.Costs{CPUNs: known(8000 + round), Cgo: known(0), Syscalls: known(3 + round)}
 			res.add(p, "gonet", g, nil)
 			c := g
 			c.P50, c.Rate = 5*round, 4000*round
+			c.Costs = benchkit.Costs{CPUNs: known(4000 * round), Cgo: known(0)} // system calls not counted
 			if p.size == 1024 && round == 2 {
 				res.add(p, "conn", benchkit.Sample{}, errors.New("client: exit status 1: echo: boom"))
 			} else {
@@ -100,6 +108,12 @@ func TestTable(t *testing.T) {
 	if !strings.Contains(lines[4], "error: client: exit status 1: echo: boom") {
 		t.Errorf("failed row %q lacks the error", lines[4])
 	}
+	costCol := len(tab.Header) - len(benchkit.CostsHeader)
+	for i, want := range []string{"8002 0.00 5.00", "8000 0.00 -", "8002 0.00 5.00"} {
+		if got := strings.Join(tab.Rows[i][costCol:], " "); got != want {
+			t.Errorf("row %q: costs %q, want the medians %q", tab.Rows[i][:3], got, want)
+		}
+	}
 	var md bytes.Buffer
 	tab.WriteMarkdown(&md)
 	for i, line := range strings.Split(strings.TrimSpace(md.String()), "\n") {
@@ -121,7 +135,8 @@ func TestReportFiles(t *testing.T) {
 	if err := r.writeMarkdown(&md); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"](x.svg)", "conn reported spin_us=0", line64, "error: client: exit status 1"} {
+	for _, want := range []string{"](x.svg)", "conn reported spin_us=0", line64, "error: client: exit status 1",
+		"| CPU ns/msg | cgo/msg | syscalls/msg |", "System calls were not counted"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("markdown lacks %q", want)
 		}

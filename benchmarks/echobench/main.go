@@ -5,7 +5,7 @@
 // Usage, from the module root:
 //
 //	go run ./benchmarks/echobench [-apis gonet,channel,conn] [-sizes 64,1024,16384,102400] [-conns 1,100,1000]
-//	        [-n 20000] [-rounds 3] [-spin DURATION] [-md FILE] [-svg FILE] [-quick]
+//	        [-n 20000] [-rounds 3] [-spin DURATION] [-syscalls] [-md FILE] [-svg FILE] [-quick]
 //
 // It builds cmd/echo once. Then, for each message size and connection count,
 // it runs every contender in turn, -rounds times over (A B C A B C ...), each
@@ -13,6 +13,12 @@
 // taskset; unpinned, and saying so, where taskset cannot pin), talking over
 // 127.0.0.1. Every figure reported is the median of its rounds, and ratios
 // are taken against the gonet baseline measured in the same run.
+//
+// Beside the speeds, the table gives what each client process spent per
+// message: CPU time, cgo calls and system calls (the server's are not in
+// them). System calls are counted only with -syscalls, where the echo
+// client can count them (Linux, tracefs, root): counting slows every
+// system call, and so the latencies, most for the apis that make the most.
 //
 // A contender that fails is reported as an error in the table, and the
 // others go on; the exit status is nonzero only if the baseline fails.
@@ -52,17 +58,18 @@ func main() {
 
 // config is the benchmark's command line.
 type config struct {
-	args    []string // the command line, for the report
-	apis    []string
-	sizes   []int
-	conns   []int
-	n       int
-	rounds  int
-	spin    time.Duration
-	md      string
-	svg     string
-	timeout time.Duration
-	quick   bool
+	args     []string // the command line, for the report
+	apis     []string
+	sizes    []int
+	conns    []int
+	n        int
+	rounds   int
+	spin     time.Duration
+	syscalls bool
+	md       string
+	svg      string
+	timeout  time.Duration
+	quick    bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (*config, error) {
@@ -79,6 +86,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		"and every run sends at least 100 per connection")
 	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds over all contenders; figures are medians over rounds")
 	fs.DurationVar(&cfg.spin, "spin", 0, "busy-poll budget passed to the server and client of every api but gonet")
+	fs.BoolVar(&cfg.syscalls, "syscalls", false, "have the clients count their system calls, which slows every system call")
 	fs.StringVar(&cfg.md, "md", "docs/benchmarks-echo-tcp.md", "write the table as Markdown to this file")
 	fs.StringVar(&cfg.svg, "svg", "docs/latency-vs-size-tcp.svg", "write the plot of p50 latency against message size to this file")
 	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Minute, "longest a client run may take")
@@ -198,7 +206,7 @@ func benchmark(ctx context.Context, cfg *config, stdout, stderr io.Writer) error
 	for _, p := range points {
 		for round := range cfg.rounds {
 			for _, api := range cfg.apis {
-				spec := runSpec{api: api, size: p.size, conns: p.conns, n: cfg.messages(p)}
+				spec := runSpec{api: api, size: p.size, conns: p.conns, n: cfg.messages(p), syscalls: cfg.syscalls}
 				if api != baseline {
 					spec.spin = cfg.spin
 				}

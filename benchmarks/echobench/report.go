@@ -67,7 +67,12 @@ func (c *cell) median() (benchkit.Sample, bool) {
 		}
 		return benchkit.Median(xs)
 	}
+	costs := make([]benchkit.Costs, len(c.samples))
+	for i, s := range c.samples {
+		costs[i] = s.Costs
+	}
 	return benchkit.Sample{
+		Costs:  benchkit.MedianCosts(costs),
 		P50:    metric(func(s benchkit.Sample) float64 { return s.P50 }),
 		P99:    metric(func(s benchkit.Sample) float64 { return s.P99 }),
 		P999:   metric(func(s benchkit.Sample) float64 { return s.P999 }),
@@ -94,9 +99,9 @@ const errCol = 3
 // measured.
 func (r *results) buildTable(baseline string) *benchkit.Table {
 	t := &benchkit.Table{
-		Header: []string{"size", "conns", "api", "p50 us", "p99 us", "msgs/s", "MB/s",
-			"p50 vs " + baseline, "p99 vs " + baseline, "msgs/s vs " + baseline},
-		Right:  []bool{true, true, false, true, true, true, true, true, true, true},
+		Header: append([]string{"size", "conns", "api", "p50 us", "p99 us", "msgs/s", "MB/s",
+			"p50 vs " + baseline, "p99 vs " + baseline, "msgs/s vs " + baseline}, benchkit.CostsHeader...),
+		Right:  []bool{true, true, false, true, true, true, true, true, true, true, true, true, true},
 		ErrCol: errCol,
 	}
 	for _, p := range r.points {
@@ -126,7 +131,7 @@ func (r *results) buildTable(baseline string) *benchkit.Table {
 			default:
 				row = append(row, "-", "-", "-")
 			}
-			t.Add(row...)
+			t.Add(append(row, m.Costs.Cells()...)...)
 		}
 	}
 	return t
@@ -159,6 +164,9 @@ func (r *report) notes() [][2]string {
 			"warmup min(1000, n/10) unmeasured; 1 message in flight per connection", r.cfg.n)},
 		{"units", "round-trip times in us, from the start of a write to the end of reading the whole echo; MB/s counts the payload one way; " +
 			"ratios are api/" + baseline + ": below 1 is faster for p50 and p99, above 1 is more msgs/s"},
+		{"costs", "CPU ns/msg, cgo/msg and syscalls/msg are what the client process (not the server) spent per message: " +
+			"CPU time, user and system, by getrusage; calls from Go to C, by the Go runtime; system calls, counted by the kernel (raw_syscalls:sys_enter); " +
+			"- where not measured. " + syscallsNote(r.cfg.syscalls)},
 		{"duration", r.elapsed.String()},
 	}
 	if r.cfg.spin > 0 {
@@ -173,6 +181,14 @@ func (r *report) notes() [][2]string {
 		}
 	}
 	return notes
+}
+
+// syscallsNote says whether the clients counted system calls.
+func syscallsNote(counted bool) string {
+	if counted {
+		return "System calls were counted (-syscalls), which slows every system call: latencies are a little higher than without"
+	}
+	return "System calls were not counted (no -syscalls), since counting slows every system call"
 }
 
 // writeText writes the report for a terminal.

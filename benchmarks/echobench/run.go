@@ -22,6 +22,8 @@ type runSpec struct {
 	conns int
 	n     int
 	spin  time.Duration // passed on when positive
+	// syscalls has the client count its system calls.
+	syscalls bool
 }
 
 // run starts a server on 127.0.0.1, runs a client against it, stops the
@@ -35,5 +37,6 @@ func (l *launcher) run(ctx context.Context, spec runSpec) (benchkit.Sample, erro
 		Conns:     spec.conns,
 		N:         spec.n,
 		Spin:      spec.spin,
+		Syscalls:  spec.syscalls,
 	}, "127.0.0.1:0", l.runTimeout)
 }
