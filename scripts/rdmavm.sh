@@ -259,6 +259,10 @@ mkdir -p /dev/pts /dev/shm /run/lock
 mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts
 mount -t tmpfs -o mode=1777 shm /dev/shm
 [ -d /sys/kernel/config ] && mount -t configfs configfs /sys/kernel/config 2>/dev/null
+# tracefs stays unmounted, so the echo client does not count system calls
+# here (internal/cost): with it, this guest's kernel (6.1, emulated) has
+# locked both CPUs up in a test process that opened and closed its perf
+# counters many times over.
 ln -sf /proc/self/fd /dev/fd
 ln -sf /proc/self/fd/0 /dev/stdin
 ln -sf /proc/self/fd/1 /dev/stdout

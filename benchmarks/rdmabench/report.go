@@ -438,7 +438,8 @@ func (r *report) notes() [][2]string {
 			"the echo throughput run moves every byte back too, ib_send_bw one way only"},
 		{"costs", "CPU ns/msg, cgo/msg and syscalls/msg are what the echo client process (not the server) spent per message in the throughput run: " +
 			"CPU time, user and system, by getrusage; calls from Go to C, by the Go runtime; system calls, counted by the kernel (raw_syscalls:sys_enter); " +
-			"- where not measured, and always for perftest. Latency runs do not count system calls, since counting slows every one"},
+			"- where not measured, and always for perftest; system calls are counted only where tracefs is mounted, which the Soft-RoCE VM does not do. " +
+			"Latency runs do not count system calls, since counting slows every one"},
 		{"duration", r.elapsed.String()},
 	}...)
 	if n := len(r.perftestRetries); n > 0 {

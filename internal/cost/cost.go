@@ -17,7 +17,11 @@
 //     or a perf_event_paranoid of 1 or less); without them, system calls
 //     are not counted. While a Meter counts system calls, every system
 //     call on the machine takes the kernel's slower, traced path: a
-//     measurement of latency had better not count them.
+//     measurement of latency had better not count them. The Soft-RoCE
+//     machine of scripts/rdmavm.sh mounts no tracefs: its kernel (6.1,
+//     under emulation) has locked up (a soft lockup of both CPUs) in a
+//     test process that opened and closed Meters many times over, with
+//     many threads; on 6.18 that has not been seen.
 package cost
 
 import (
