@@ -27,12 +27,18 @@ type ClientConfig struct {
 	ID      bft.ClientID
 	// IDs are the client identities the Client multiplexes over its links
 	// (default: just ID, which is otherwise not used). Each identity has
-	// its own client core with one request outstanding, so a Client runs
-	// up to len(IDs) Invokes at once. The links authenticate as IDs[0];
-	// every request carries the authenticator of its own identity, which
-	// is what the replicas check. Two Clients running at once must not
-	// share an identity.
+	// its own client core with up to Window requests outstanding, so a
+	// Client runs up to len(IDs)*Window Invokes at once. The links
+	// authenticate as IDs[0]; every request carries the authenticator of
+	// its own identity, which is what the replicas check. Two Clients
+	// running at once must not share an identity.
 	IDs []bft.ClientID
+	// Window bounds the ordered requests each identity has outstanding
+	// at once (bft.ClientConfig.Window), at most the replicas'
+	// bft.Config.ClientWindow. An identity's requests execute in the
+	// order the Client proposed them, each once. Default 1: an identity
+	// runs one request at a time.
+	Window int
 	// Network is the transport, "tcp" (default) or "rdma"; Transport, if
 	// set, overrides it.
 	Network   string
@@ -67,12 +73,15 @@ type ClientConfig struct {
 // Client is a PBFT client: it keeps one link to every replica (redialing
 // with backoff) and runs one client core (bft.Client) per identity of
 // ClientConfig.IDs, all on one goroutine. Invoke is safe for concurrent
-// use: each call takes a free identity, so up to len(IDs) requests are
-// outstanding at once (PBFT allows one per client identity); further
-// calls wait for an identity. Replies are routed to the core of the
-// identity they answer. The goroutine takes every reply and call that is
-// waiting before it sends, so the requests of many identities to one
-// replica go out in one write.
+// use: up to len(IDs)*Window requests are outstanding at once, up to
+// Window of them under each identity; further calls wait, and start in
+// the order they reached the Client. A call takes an idle identity if
+// there is one, else the identity with the fewest requests outstanding
+// that has room in its window. The requests of one identity execute in
+// the order they started. Replies are routed to the core of the identity
+// they answer. The goroutine takes every reply and call that is waiting
+// before it sends, so the requests of many identities to one replica go
+// out in one write.
 //
 // A replica sends an identity's replies on the link its requests last
 // arrived on (or on the link of that client's own identity). So that
@@ -90,29 +99,31 @@ type Client struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the core's goroutine exited
 
-	sem     chan struct{} // one token per identity: Invokes in progress
 	calls   chan *call
 	abandon chan *call // calls whose ctx ended
 	inbound chan reply
 	once    sync.Once
 
 	// Owned by the core's goroutine.
-	slots []*slot
-	byID  map[bft.ClientID]*slot
-	free  []*slot // identities without a call
-	dirty []*slot // cores that may have a Ready
-	busy  int     // slots with a call
-	links []*conn // per replica, as of the last send
-	out   [][][]byte
-	enc   encoder
+	slots   []*slot
+	byID    map[bft.ClientID]*slot
+	free    []*slot // identities without a request outstanding
+	dirty   []*slot // cores that may have a Ready
+	pending []*call // calls waiting for room, in arrival order
+	links   []*conn // per replica, as of the last send
+	out     [][][]byte
+	enc     encoder
 }
 
 // slot is one client identity and its core.
 type slot struct {
-	ccfg   bft.ClientConfig
-	core   *bft.Client
-	cur    *call
-	curTS  uint64
+	ccfg bft.ClientConfig
+	core *bft.Client
+	// calls are the core's outstanding requests, in timestamp order;
+	// an abandoned one stays until its result comes or the core is
+	// replaced.
+	calls  []*call
+	live   int // calls not abandoned
 	lastTS uint64
 	dirty  bool
 	retx   bool // ticked: messages in the next Ready are retransmissions
@@ -123,16 +134,21 @@ type slot struct {
 }
 
 type call struct {
-	op    []byte
-	read  bool // proposed with ProposeRead
-	ctx   context.Context
-	start time.Time
-	slot  *slot
-	done  chan callResult // capacity 1, answered exactly once
+	op       []byte
+	read     bool // asked for with InvokeRead
+	readOnly bool // proposed with ProposeRead
+	ctx      context.Context
+	start    time.Time
+	slot     *slot
+	ts       uint64
+	answered bool
+	done     chan callResult // capacity 1, answered exactly once
 }
 
 type callResult struct {
 	res []byte
+	id  bft.ClientID // the request's identity
+	ts  uint64       // and timestamp
 	err error
 }
 
@@ -155,6 +171,9 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	}
 	if len(cfg.IDs) == 0 {
 		cfg.IDs = []bft.ClientID{cfg.ID}
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = 1
 	}
 	cfg.IDs = slices.Clone(cfg.IDs)
 	cfg.ID = cfg.IDs[0]
@@ -184,12 +203,12 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		if err != nil {
 			return nil, fmt.Errorf("node: client %d: %w", id, err)
 		}
-		ccfg := bft.ClientConfig{ID: id, N: n, RetransmitTicks: cfg.RetransmitTicks, Sign: a.Sign, StartTimestamp: cfg.StartTimestamp}
+		ccfg := bft.ClientConfig{ID: id, N: n, Window: cfg.Window, RetransmitTicks: cfg.RetransmitTicks, Sign: a.Sign, StartTimestamp: cfg.StartTimestamp}
 		core, err := bft.NewClient(ccfg)
 		if err != nil {
 			return nil, fmt.Errorf("node: client %d: %w", id, err)
 		}
-		slots[i] = &slot{ccfg: ccfg, core: core, lastTS: cfg.StartTimestamp, seen: make([]*conn, n)}
+		slots[i] = &slot{ccfg: ccfg, core: core, lastTS: cfg.StartTimestamp, seen: make([]*conn, n), calls: make([]*call, 0, cfg.Window)}
 		byID[id] = slots[i]
 	}
 	log := cfg.Logger
@@ -215,10 +234,9 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		log:     log,
 		m:       m,
 		done:    make(chan struct{}),
-		sem:     make(chan struct{}, len(slots)),
 		calls:   make(chan *call),
 		abandon: make(chan *call),
-		inbound: make(chan reply, min(4*n*len(slots), 1<<14)),
+		inbound: make(chan reply, min(4*n*len(slots)*cfg.Window, 1<<14)),
 		slots:   slots,
 		byID:    byID,
 		free:    free,
@@ -233,7 +251,7 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		log:     log,
 		limits:  wire.Limits{MaxReplicas: n},
 		opts:    cfg.Link,
-		queue:   max(64, 4*len(slots)), // each identity has one request at a time
+		queue:   max(64, 4*len(slots)*cfg.Window), // each identity has up to Window requests at a time
 		qBytes:  DefaultOutboundQueueBytes,
 		inbound: newByteBudget(DefaultInboundQueueBytes),
 		redial:  backoff{min: cfg.RedialMin, max: cfg.RedialMax},
@@ -305,56 +323,54 @@ func (c *Client) unexpected(cn *conn, m bft.Message) {
 
 // Invoke runs op through the replicated state machine and returns its
 // result, once f+1 replicas sent the same one. It is safe for concurrent
-// use: up to len(ClientConfig.IDs) calls are outstanding at once, each
-// under an identity of its own; more wait for a free identity. If ctx
-// ends first, Invoke returns ctx's error; the request may still execute,
-// but the client no longer waits for it (its identity gets a fresh core
-// whose timestamps are above the abandoned request's, so the request's
-// later replies are ignored). Retransmission, to every replica after
+// use: up to len(ClientConfig.IDs)*Window calls are outstanding at once;
+// more wait for room, in the order they came. If ctx ends first, Invoke
+// returns ctx's error; the request may still execute, but the client no
+// longer waits for it (its result is dropped when it comes, and once every
+// request of its identity is abandoned, the identity gets a fresh core
+// whose timestamps are above the abandoned requests', so their later
+// replies are ignored). Retransmission, to every replica after
 // Config.RetransmitTicks, is the client core's job.
 func (c *Client) Invoke(ctx context.Context, op []byte) ([]byte, error) {
-	return c.invoke(ctx, op, false)
+	r := c.invoke(ctx, op, false)
+	return r.res, r.err
 }
 
 // InvokeRead is Invoke for an op that does not change the application's
 // state, which must be a bft.Querier: it goes to every replica as a
 // read-only request, answered once 2f+1 replicas return the same result
 // from their state, and is ordered like Invoke's only if they do not (see
-// bft.Client.ProposeRead). The read is linearizable.
+// bft.Client.ProposeRead). A read-only request needs an identity with
+// nothing outstanding; when every identity has requests outstanding, the
+// read is ordered at once, behind them, on one with room in its window.
+// Either way the read is linearizable.
 func (c *Client) InvokeRead(ctx context.Context, op []byte) ([]byte, error) {
-	return c.invoke(ctx, op, true)
+	r := c.invoke(ctx, op, true)
+	return r.res, r.err
 }
 
-func (c *Client) invoke(ctx context.Context, op []byte, read bool) ([]byte, error) {
-	select {
-	case c.sem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-c.ctx.Done():
-		return nil, ErrClosed
-	}
-	defer func() { <-c.sem }()
+func (c *Client) invoke(ctx context.Context, op []byte, read bool) callResult {
 	cl := &call{op: op, read: read, ctx: ctx, start: time.Now(), done: make(chan callResult, 1)}
 	select {
 	case c.calls <- cl:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return callResult{err: ctx.Err()}
 	case <-c.ctx.Done():
-		return nil, ErrClosed
+		return callResult{err: ErrClosed}
 	}
-	var r callResult
 	select {
-	case r = <-cl.done:
+	case r := <-cl.done:
+		return r
 	case <-ctx.Done():
 		// Tell the core's goroutine, unless it answers first (with the
 		// result, or ErrClosed when it exits).
 		select {
 		case c.abandon <- cl:
-			r = <-cl.done
-		case r = <-cl.done:
+			return <-cl.done
+		case r := <-cl.done:
+			return r
 		}
 	}
-	return r.res, r.err
 }
 
 // Close stops the client: it closes every link and returns after all the
@@ -385,24 +401,27 @@ func (c *Client) loop() {
 	for {
 		select {
 		case <-c.ctx.Done():
+			for _, cl := range c.pending {
+				c.answer(cl, callResult{err: ErrClosed})
+			}
 			for _, s := range c.slots {
-				if s.cur != nil {
-					c.finish(s, nil, ErrClosed)
+				for _, cl := range s.calls {
+					c.answer(cl, callResult{err: ErrClosed})
 				}
 			}
 			return
 		case cl := <-c.calls:
-			c.start(cl)
+			c.enqueue(cl)
 		case cl := <-c.abandon:
 			c.drop(cl)
 		case rp := <-c.inbound:
 			c.step(rp)
 		case <-t.C:
-			if c.busy > 0 || c.cfg.OnNote != nil {
+			if len(c.free) < len(c.slots) || c.cfg.OnNote != nil {
 				for _, s := range c.slots {
-					if s.cur != nil || c.cfg.OnNote != nil {
+					if busy := s.core.Outstanding(); busy || c.cfg.OnNote != nil {
 						s.core.Tick()
-						s.retx = s.cur != nil
+						s.retx = busy
 						c.touch(s)
 					}
 				}
@@ -414,7 +433,7 @@ func (c *Client) loop() {
 			case rp := <-c.inbound:
 				c.step(rp)
 			case cl := <-c.calls:
-				c.start(cl)
+				c.enqueue(cl)
 			case cl := <-c.abandon:
 				c.drop(cl)
 			default:
@@ -434,55 +453,132 @@ func (c *Client) touch(s *slot) {
 	}
 }
 
-// start gives cl a free identity and proposes its op. Invoke's semaphore
-// guarantees a free identity: a call holds a token until it has its
-// result, and an identity is freed before its result is sent.
-func (c *Client) start(cl *call) {
-	if len(c.free) == 0 { // impossible (see above); do not panic
-		cl.done <- callResult{err: bft.ErrBusy}
-		return
+// enqueue starts cl, or queues it behind the calls waiting for room.
+func (c *Client) enqueue(cl *call) {
+	c.pending = append(c.pending, cl)
+	c.schedule()
+}
+
+// schedule starts the waiting calls, oldest first, while an identity has
+// room for the oldest.
+func (c *Client) schedule() {
+	k := 0
+	for k < len(c.pending) {
+		s := c.room()
+		if s == nil {
+			break
+		}
+		c.start(s, c.pending[k])
+		k++
 	}
-	s := c.free[len(c.free)-1]
+	if k > 0 {
+		clear(c.pending[:k])
+		c.pending = c.pending[k:]
+	}
+}
+
+// room returns an idle identity, IDs[0] first, or else the identity with
+// the fewest requests outstanding below its window; nil if none has room.
+// An identity with a read-only request outstanding has none (the core
+// takes no request beside it).
+func (c *Client) room() *slot {
+	if len(c.free) > 0 {
+		return c.free[len(c.free)-1]
+	}
+	var best *slot
+	for _, s := range c.slots {
+		if n := len(s.calls); n < c.cfg.Window && !s.calls[0].readOnly && (best == nil || n < len(best.calls)) {
+			best = s
+		}
+	}
+	return best
+}
+
+// start proposes cl's op on s, which has room: read-only if s is idle and
+// cl is a read, ordered otherwise.
+func (c *Client) start(s *slot, cl *call) {
 	propose := s.core.Propose
-	if cl.read {
+	if cl.read && len(s.calls) == 0 {
 		propose = s.core.ProposeRead
+		cl.readOnly = true
 	}
 	ts, err := propose(cl.op)
-	if err != nil {
-		cl.done <- callResult{err: err}
+	if err != nil { // impossible: s has room; do not panic
+		c.answer(cl, callResult{err: err})
 		return
 	}
-	c.free = c.free[:len(c.free)-1]
-	c.busy++
-	cl.slot = s
-	s.cur, s.curTS, s.lastTS = cl, ts, ts
-	s.retx = false
+	if len(s.calls) == 0 {
+		c.free = slices.DeleteFunc(c.free, func(f *slot) bool { return f == s })
+		s.retx = false
+	}
+	cl.slot, cl.ts = s, ts
+	s.calls = append(s.calls, cl)
+	s.live++
+	s.lastTS = max(s.lastTS, ts)
 	c.touch(s)
 }
 
-// finish answers s's call and frees s.
-func (c *Client) finish(s *slot, res []byte, err error) {
-	cl := s.cur
-	s.cur = nil
-	c.busy--
-	c.free = append(c.free, s)
-	cl.done <- callResult{res: res, err: err}
+// answer hands r to cl's Invoke, unless it was answered already.
+func (c *Client) answer(cl *call, r callResult) {
+	if !cl.answered {
+		cl.answered = true
+		cl.done <- r
+	}
 }
 
-// drop abandons cl, if it is still outstanding: a fresh core, with
-// timestamps above the abandoned request's, forgets it.
+// complete answers the call of s whose request d answers, unless it was
+// abandoned, and frees the identity once nothing is outstanding.
+func (c *Client) complete(s *slot, d bft.Result) {
+	i := slices.IndexFunc(s.calls, func(cl *call) bool { return cl.ts == d.Timestamp })
+	if i < 0 {
+		return
+	}
+	cl := s.calls[i]
+	s.calls = slices.Delete(s.calls, i, i+1)
+	if len(s.calls) == 0 {
+		c.free = append(c.free, s)
+	}
+	if cl.answered {
+		return
+	}
+	s.live--
+	c.m.completed.Inc()
+	c.m.latency.Observe(time.Since(cl.start).Seconds())
+	c.answer(cl, callResult{res: d.Result, id: s.ccfg.ID, ts: d.Timestamp})
+}
+
+// drop abandons cl: a waiting call leaves the queue; a started one is
+// answered with its context's error and its result, when it comes, is
+// dropped. Once every call of its identity is abandoned, a fresh core,
+// with timestamps above the abandoned requests', forgets them.
 func (c *Client) drop(cl *call) {
+	if cl.answered {
+		return
+	}
+	r := callResult{err: cl.ctx.Err()}
 	s := cl.slot
-	if s == nil || s.cur != cl {
-		return // answered already
+	if s == nil {
+		c.pending = slices.DeleteFunc(c.pending, func(p *call) bool { return p == cl })
+		c.answer(cl, r)
+		return
+	}
+	c.answer(cl, r)
+	s.live--
+	if s.live > 0 {
+		return
 	}
 	cfg := s.ccfg
 	cfg.StartTimestamp = s.lastTS
 	cfg.FirstNote = s.core.NextNote()
-	if core, err := bft.NewClient(cfg); err == nil {
-		s.core = core
+	core, err := bft.NewClient(cfg)
+	if err != nil {
+		return // impossible: the configuration was valid before
 	}
-	c.finish(s, nil, cl.ctx.Err())
+	s.core = core
+	clear(s.calls)
+	s.calls = s.calls[:0]
+	c.free = append(c.free, s)
+	c.schedule()
 }
 
 func (c *Client) step(rp reply) {
@@ -529,7 +625,10 @@ func (c *Client) flush() {
 		c.links[i] = ep.lookupLocked(link.Replica(uint64(i)))
 	}
 	noLink := 0
-	for _, s := range c.dirty {
+	// A result frees room for a waiting call, whose identity is appended
+	// to c.dirty: it is collected in the same pass.
+	for k := 0; k < len(c.dirty); k++ {
+		s := c.dirty[k]
 		s.dirty = false
 		rd := s.core.Ready()
 		retx := s.retx
@@ -537,7 +636,7 @@ func (c *Client) flush() {
 		if len(rd.Messages) > 0 {
 			if retx {
 				c.m.retransmissions.Inc()
-				c.log.Debug("retransmitting request", "client", s.ccfg.ID, "ts", s.curTS)
+				c.log.Debug("retransmitting requests", "client", s.ccfg.ID, "outstanding", s.core.InFlight())
 			}
 			var (
 				last  bft.Message
@@ -572,11 +671,10 @@ func (c *Client) flush() {
 			}
 		}
 		for _, d := range rd.Done {
-			if s.cur != nil && d.Timestamp == s.curTS {
-				c.m.completed.Inc()
-				c.m.latency.Observe(time.Since(s.cur.start).Seconds())
-				c.finish(s, d.Result, nil)
-			}
+			c.complete(s, d)
+		}
+		if len(rd.Done) > 0 && len(c.pending) > 0 {
+			c.schedule()
 		}
 	}
 	for i, l := range c.links {

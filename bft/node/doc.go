@@ -24,9 +24,11 @@
 // no hand-offs between goroutines and no timers besides the tick.
 //
 // A Client has one goroutine that runs one bft.Client per client identity
-// it multiplexes (ClientConfig.IDs), taking every waiting reply and call
-// before it sends, so the requests of many identities to a replica share
-// one flush. Its links run on package rubin's net.Conn face: a reader
+// it multiplexes (ClientConfig.IDs), each with up to ClientConfig.Window
+// requests outstanding, taking every waiting reply and call before it
+// sends, so the requests of many identities to a replica share one flush.
+// Concurrent Invokes start in the order they reach that goroutine, and
+// the requests of one identity execute in the order they started. Its links run on package rubin's net.Conn face: a reader
 // and a writer goroutine per link, and one goroutine per replica that
 // dials and redials.
 //
