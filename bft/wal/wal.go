@@ -10,20 +10,40 @@
 // the payload, CRC-32C of those 8 bytes and the frame's file offset) and
 // the payload. The offset in the header checksum keeps bytes inside a
 // record (a client's operation) from passing for a frame. A log frame
-// holds one batch of records (one Append, one fsync: group commit); a
+// holds one batch of records (one Append, one sync: group commit); a
 // snapshot file holds one frame.
+//
+// # Pre-allocation
+//
+// The log file grows by whole chunks of Options.Prealloc bytes (default
+// DefaultPrealloc, 4 MiB), allocated with fallocate(2) (mode 0, which
+// also sets the file size) when an Append would pass the end of the
+// allocated space. That Append syncs with fsync, which makes the new
+// size and allocation durable together with its frame; every Append
+// inside space already allocated and synced syncs with fdatasync(2),
+// which skips the inode timestamps but still flushes whatever metadata
+// reading the data back needs (the conversion of fallocate's unwritten
+// extents to written ones). An Append that grows the file by writing,
+// because fallocate failed (a disk too full for a chunk, a file system
+// without it), also syncs with fsync, so a full disk is found by the
+// write that does not fit, never at Open. The unused, zeroed rest of the
+// last chunk is the log's end at Open, like a torn tail; it is not
+// damage, is kept for later Appends and is not counted in Cut. A log
+// file so costs up to one chunk of disk beyond its records, and a new
+// one is started at every Snapshot.
 //
 // # Guarantees
 //
 //   - Append returns only after its records are on stable storage
-//     (written and fsynced); the records of one Append are recovered all
-//     or none.
+//     (written, and fsynced or fdatasynced); the records of one Append
+//     are recovered all or none.
 //   - Snapshot replaces the snapshot and every record before it
 //     atomically: after a crash, Open finds either the old snapshot and
 //     log or the new snapshot and an empty log.
 //   - A damaged last frame of the log (torn by a crash, or corrupt) is
 //     cut off at Open, never returned; its Append had not returned, or the
 //     damage hit the one frame that cannot be told from a torn write.
+//     Zeros after it are the pre-allocated space; they are cut with it.
 //   - A damaged frame followed by an intact one, or a damaged snapshot,
 //     is an error at Open (ErrCorrupt): never a silent wrong state.
 //   - After a failed write or fsync (a full disk: ENOSPC) every later
@@ -62,13 +82,25 @@ const headerSize = 12
 // DefaultMaxFrame bounds one frame's payload unless Options says otherwise.
 const DefaultMaxFrame = 1 << 30
 
+// DefaultPrealloc is the chunk the log file grows by unless Options says
+// otherwise: large enough that the fsync of a growth is rare (one per
+// 4 MiB of records), small enough to be a modest cost on the disk.
+const DefaultPrealloc = 4 << 20
+
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// File is what the Log needs of an open file; *os.File implements it.
-// Tests wrap it to inject failures.
+// File is what the Log needs of an open file. Tests wrap it to inject
+// failures.
 type File interface {
 	io.Writer
+	// Sync is fsync(2): the data and all the metadata.
 	Sync() error
+	// Datasync is fdatasync(2): the data and the metadata needed to read
+	// it back, not the timestamps.
+	Datasync() error
+	// Allocate allocates n bytes at off (fallocate(2), mode 0: the file
+	// size grows to cover them), errors.ErrUnsupported where it cannot.
+	Allocate(off, n int64) error
 	Close() error
 }
 
@@ -77,6 +109,10 @@ type Options struct {
 	// MaxFrame bounds a frame's payload (default DefaultMaxFrame): a
 	// header claiming more is damage.
 	MaxFrame int
+	// Prealloc is the chunk the log file grows by, in bytes (default
+	// DefaultPrealloc; negative: none, the file grows by its frames and
+	// every Append fsyncs).
+	Prealloc int
 	// Wrap, if set, wraps every file the Log writes (fault injection).
 	Wrap func(File) File
 }
@@ -86,7 +122,8 @@ type Log struct {
 	dir    string
 	opt    Options
 	gen    uint64
-	size   int // bytes in the current log file
+	size   int // bytes of frames in the current log file
+	alloc  int // the file's size, durable: Appends below it fdatasync
 	f      File
 	err    error // sticky: set by the first failure
 	frame  []byte
@@ -99,7 +136,8 @@ type Recovered struct {
 	Snapshot []byte
 	// Batches are the record batches appended since, in order.
 	Batches [][][]byte
-	// Cut is the number of bytes of a damaged tail that Open removed.
+	// Cut is the number of bytes of a damaged tail that Open removed,
+	// not counting zeros after it (pre-allocated space).
 	Cut int64
 }
 
@@ -109,6 +147,9 @@ type Recovered struct {
 func Open(dir string, opt Options) (*Log, *Recovered, error) {
 	if opt.MaxFrame <= 0 {
 		opt.MaxFrame = DefaultMaxFrame
+	}
+	if opt.Prealloc == 0 {
+		opt.Prealloc = DefaultPrealloc
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrIO, err)
@@ -140,8 +181,10 @@ func Open(dir string, opt Options) (*Log, *Recovered, error) {
 	off := 0
 	for off < len(b) {
 		p, n, ok := parseFrame(b[off:], off, opt.MaxFrame)
-		if !ok {
-			if at := intactAfter(b, off+1, opt.MaxFrame); at >= 0 {
+		// Append writes no empty frame; zeros whose header checksum
+		// matches by chance at this offset would pass for one.
+		if !ok || n == headerSize {
+			if at := intactAfter(b, off+1, nonZeroEnd(b, off), opt.MaxFrame); at >= 0 {
 				return nil, nil, fmt.Errorf("%w: %s: damaged frame at offset %d before an intact one at %d", ErrCorrupt, name, off, at)
 			}
 			break
@@ -153,12 +196,22 @@ func Open(dir string, opt Options) (*Log, *Recovered, error) {
 		rec.Batches = append(rec.Batches, recs)
 		off += n
 	}
-	rec.Cut = int64(len(b) - off)
+	// Bytes other than zeros after the last intact frame are damage, cut
+	// with the zeros after them; zeros alone are the pre-allocated space
+	// and are kept.
+	rec.Cut = int64(nonZeroEnd(b, off) - off)
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrIO, err)
 	}
-	if err := cutTail(f, name, off, rec.Cut > 0 || b == nil); err != nil {
+	alloc := len(b)
+	if rec.Cut > 0 {
+		alloc = off
+	}
+	// The file is synced even when nothing was cut: what Open found may
+	// be in the page cache only (the process died, not the machine), and
+	// later Appends inside alloc fdatasync only.
+	if err := cutTail(f, name, off, alloc); err != nil {
 		f.Close()
 		return nil, nil, err
 	}
@@ -168,26 +221,36 @@ func Open(dir string, opt Options) (*Log, *Recovered, error) {
 			return nil, nil, err
 		}
 	}
-	l := &Log{dir: dir, opt: opt, gen: gen, size: off}
-	l.f = l.wrap(f)
+	l := &Log{dir: dir, opt: opt, gen: gen, size: off, alloc: alloc}
+	l.f = l.wrap(osFile{f})
 	return l, rec, nil
 }
 
-// cutTail positions f for appending at off, truncating what follows
-// (durably, if sync).
-func cutTail(f *os.File, name string, off int, sync bool) error {
-	if err := f.Truncate(int64(off)); err != nil {
-		return fmt.Errorf("%w: cut the damaged tail of %s: %v", ErrIO, name, err)
+// cutTail positions f for appending at off, truncates it to size, and
+// syncs it.
+func cutTail(f *os.File, name string, off, size int) error {
+	if fi, err := f.Stat(); err != nil || fi.Size() != int64(size) {
+		if err := f.Truncate(int64(size)); err != nil {
+			return fmt.Errorf("%w: cut the damaged tail of %s: %v", ErrIO, name, err)
+		}
 	}
 	if _, err := f.Seek(int64(off), io.SeekStart); err != nil {
 		return fmt.Errorf("%w: %v", ErrIO, err)
 	}
-	if sync {
-		if err := f.Sync(); err != nil {
-			return fmt.Errorf("%w: %v", ErrIO, err)
-		}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("%w: %v", ErrIO, err)
 	}
 	return nil
+}
+
+// nonZeroEnd returns the offset just past the last byte of b other than
+// zero, from at the least.
+func nonZeroEnd(b []byte, from int) int {
+	end := len(b)
+	for end > from && b[end-1] == 0 {
+		end--
+	}
+	return end
 }
 
 func (l *Log) wrap(f File) File {
@@ -213,8 +276,9 @@ func (l *Log) check() error {
 	return nil
 }
 
-// Append writes recs as one frame and fsyncs it: one fsync however many
-// records. An empty recs writes nothing.
+// Append writes recs as one frame and syncs it: one sync however many
+// records, fsync if the file grew, fdatasync if not. An empty recs writes
+// nothing.
 func (l *Log) Append(recs [][]byte) error {
 	if err := l.check(); err != nil {
 		return err
@@ -233,13 +297,34 @@ func (l *Log) Append(recs [][]byte) error {
 	}
 	putHeader(p, l.size)
 	l.frame = p[:0]
+	end := l.size + len(p)
+	alloc := l.alloc
+	if end > alloc && l.opt.Prealloc > 0 {
+		// A chunk boundary at or past end. If fallocate fails the write
+		// grows the file; a failed fallocate may have grown it part way
+		// too: the fsync below covers both, and zeros left past end are
+		// the log's end at Open.
+		next := (end + l.opt.Prealloc - 1) / l.opt.Prealloc * l.opt.Prealloc
+		if err := l.f.Allocate(int64(alloc), int64(next-alloc)); err == nil {
+			alloc = next
+		} else if errors.Is(err, errors.ErrUnsupported) {
+			l.opt.Prealloc = -1
+		}
+	}
 	if _, err := l.f.Write(p); err != nil {
 		return l.fail(fmt.Errorf("%w: append to %s: %w", ErrIO, walName(l.dir, l.gen), err))
 	}
-	if err := l.f.Sync(); err != nil {
-		return l.fail(fmt.Errorf("%w: fsync %s: %w", ErrIO, walName(l.dir, l.gen), err))
+	if alloc == l.alloc && end <= alloc {
+		if err := l.f.Datasync(); err != nil {
+			return l.fail(fmt.Errorf("%w: fdatasync %s: %w", ErrIO, walName(l.dir, l.gen), err))
+		}
+	} else {
+		if err := l.f.Sync(); err != nil {
+			return l.fail(fmt.Errorf("%w: fsync %s: %w", ErrIO, walName(l.dir, l.gen), err))
+		}
+		l.alloc = max(alloc, end)
 	}
-	l.size += len(p)
+	l.size = end
 	return nil
 }
 
@@ -268,10 +353,11 @@ func (l *Log) Snapshot(snap []byte) error {
 		return l.fail(err)
 	}
 	l.f.Close()
-	l.f = l.wrap(nf)
+	l.f = l.wrap(osFile{nf})
 	old := l.gen
 	l.gen = next
 	l.size = 0
+	l.alloc = 0
 	os.Remove(walName(l.dir, old))
 	if old > 0 {
 		os.Remove(snapName(l.dir, old))
@@ -285,7 +371,7 @@ func (l *Log) writeFile(name string, p []byte) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrIO, err)
 	}
-	w := l.wrap(f)
+	w := l.wrap(osFile{f})
 	frame := make([]byte, headerSize, headerSize+len(p))
 	frame = append(frame, p...)
 	putHeader(frame, 0)
@@ -352,10 +438,12 @@ func parseFrame(b []byte, off, maxFrame int) (payload []byte, n int, ok bool) {
 }
 
 // intactAfter returns the offset of the first intact frame at or after
-// from, -1 if there is none: a damaged frame with an intact one after it
-// is not a torn tail.
-func intactAfter(b []byte, from, maxFrame int) int {
-	for at := from; at+headerSize <= len(b); at++ {
+// from and before to, -1 if there is none: a damaged frame with an intact
+// one after it is not a torn tail. An intact frame's header holds its
+// nonzero size, so none starts where only zeros follow: to is where they
+// start.
+func intactAfter(b []byte, from, to, maxFrame int) int {
+	for at := from; at < to && at+headerSize <= len(b); at++ {
 		if _, n, ok := parseFrame(b[at:], at, maxFrame); ok && n > headerSize {
 			return at
 		}

@@ -28,8 +28,9 @@ func open(t *testing.T, dir string) (*Log, *Recovered) {
 	return l, rec
 }
 
-// write appends batches 0..n-1 and closes the log.
-func write(t *testing.T, dir string, n int) {
+// write appends batches 0..n-1, closes the log and returns where its
+// frames end (the pre-allocated zeros follow).
+func write(t *testing.T, dir string, n int) int {
 	t.Helper()
 	l, _ := open(t, dir)
 	for i := 0; i < n; i++ {
@@ -38,6 +39,7 @@ func write(t *testing.T, dir string, n int) {
 		}
 	}
 	l.Close()
+	return l.size
 }
 
 // check says whether rec holds exactly batches 0..n-1.
@@ -72,57 +74,161 @@ func TestReopen(t *testing.T) {
 	check(t, rec, 6)
 }
 
-// fourBatches writes batches 0..3 and returns the log's name, its bytes
-// and the bytes of batches 0..2 alone: everything before the last frame.
+// fourBatches writes batches 0..3 and returns the log's name, the bytes
+// of its frames and those of batches 0..2 alone: everything before the
+// last frame. Neither holds the pre-allocated zeros after the frames.
 func fourBatches(t *testing.T) (dir, name string, full, prefix []byte) {
 	dir = t.TempDir()
-	write(t, dir, 4)
+	n := write(t, dir, 4)
 	name = walName(dir, 0)
 	full, _ = os.ReadFile(name)
+	if len(full) <= n {
+		t.Fatalf("log of %d bytes, %d of frames: nothing pre-allocated", len(full), n)
+	}
+	if len(bytes.Trim(full[n:], "\x00")) != 0 {
+		t.Fatal("the pre-allocated space is not zeros")
+	}
 	dir3 := t.TempDir()
-	write(t, dir3, 3)
+	n3 := write(t, dir3, 3)
 	prefix, _ = os.ReadFile(walName(dir3, 0))
-	return dir, name, full, prefix
+	return dir, name, full[:n], prefix[:n3]
 }
 
-// TestTornTail cuts the file at every offset inside the last frame: Open
-// returns the batches before it, cuts the rest, and appends after the
-// cut are recovered.
+// TestTornTail cuts the file at every offset inside the last frame, with
+// and without pre-allocated zeros after the cut: Open returns the
+// batches before it, cuts the rest, and appends after the cut are
+// recovered.
 func TestTornTail(t *testing.T) {
 	dir, name, full, prefix := fourBatches(t)
 	if !bytes.Equal(full[:len(prefix)], prefix) {
 		t.Fatal("logs of the same batches differ")
 	}
-	for cut := len(prefix); cut < len(full); cut++ {
-		if err := os.WriteFile(name, full[:cut], 0o644); err != nil {
-			t.Fatal(err)
+	for _, pad := range []int{0, 4096} {
+		for cut := len(prefix); cut < len(full); cut++ {
+			b := append(bytes.Clone(full[:cut]), make([]byte, pad)...)
+			if err := os.WriteFile(name, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			l, rec := open(t, dir)
+			check(t, rec, 3)
+			// The torn frame up to its last byte other than zero.
+			want := int64(len(bytes.TrimRight(full[len(prefix):cut], "\x00")))
+			if rec.Cut != want {
+				t.Fatalf("cut at %d, %d zeros after: Cut = %d, want %d", cut, pad, rec.Cut, want)
+			}
+			if err := l.Append(batch(3, 1+3%4)); err != nil {
+				t.Fatal(err)
+			}
+			l.Close()
+			_, rec = open(t, dir)
+			check(t, rec, 4)
 		}
-		l, rec := open(t, dir)
-		check(t, rec, 3)
-		if rec.Cut != int64(cut-len(prefix)) {
-			t.Fatalf("cut at %d: Cut = %d, want %d", cut, rec.Cut, cut-len(prefix))
-		}
-		if err := l.Append(batch(3, 1+3%4)); err != nil {
-			t.Fatal(err)
-		}
-		l.Close()
-		_, rec = open(t, dir)
-		check(t, rec, 4)
 	}
 }
 
-// TestZeroedTail: a crash after the file grew but before its pages were
-// written leaves zeros; they are cut like a torn frame.
+// TestZeroedTail: zeros after the last frame (the pre-allocated space, or
+// a crash after the file grew but before its pages were written) are the
+// end of the log, not damage: Cut is 0, the zeros are kept, and the next
+// Append lands at the end of the frames.
 func TestZeroedTail(t *testing.T) {
 	dir := t.TempDir()
-	write(t, dir, 3)
-	f, _ := os.OpenFile(walName(dir, 0), os.O_APPEND|os.O_WRONLY, 0)
+	n := write(t, dir, 3)
+	name := walName(dir, 0)
+	if err := os.Truncate(name, int64(n)); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.OpenFile(name, os.O_APPEND|os.O_WRONLY, 0)
 	f.Write(make([]byte, 4096))
 	f.Close()
-	_, rec := open(t, dir)
+	l, rec := open(t, dir)
 	check(t, rec, 3)
-	if rec.Cut != 4096 {
-		t.Fatalf("Cut = %d, want 4096", rec.Cut)
+	if rec.Cut != 0 {
+		t.Fatalf("Cut = %d, want 0", rec.Cut)
+	}
+	if fi, _ := os.Stat(name); fi.Size() != int64(n+4096) {
+		t.Fatalf("log of %d bytes after Open, want %d", fi.Size(), n+4096)
+	}
+	if err := l.Append(batch(3, 1+3%4)); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	_, rec = open(t, dir)
+	check(t, rec, 4)
+}
+
+// syncs counts a File's fsyncs and fdatasyncs and can fail its Allocate.
+type syncs struct {
+	File
+	full, data int
+	allocErr   error
+}
+
+func (s *syncs) Sync() error     { s.full++; return s.File.Sync() }
+func (s *syncs) Datasync() error { s.data++; return s.File.Datasync() }
+
+func (s *syncs) Allocate(off, n int64) error {
+	if s.allocErr != nil {
+		return s.allocErr
+	}
+	return s.File.Allocate(off, n)
+}
+
+// TestPrealloc: the file grows by whole chunks; an Append that grows it
+// fsyncs, one inside the allocated space fdatasyncs. With fallocate
+// failing (a disk too full for a chunk) or pre-allocation off, the file
+// grows by its frames and every Append fsyncs. Each way, a reopen
+// recovers every batch.
+func TestPrealloc(t *testing.T) {
+	const chunk = 512
+	for _, tc := range []struct {
+		name     string
+		prealloc int
+		allocErr error
+	}{
+		{"chunks", chunk, nil},
+		{"enospc", chunk, syscall.ENOSPC},
+		{"off", -1, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			var s *syncs
+			wrap := func(f File) File { s = &syncs{File: f, allocErr: tc.allocErr}; return s }
+			l, _, err := Open(dir, Options{Prealloc: tc.prealloc, Wrap: wrap})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.full = 0 // Open's own
+			grew, n := 0, 40
+			for i := range n {
+				size := l.size
+				if err := l.Append(batch(i, 1+i%4)); err != nil {
+					t.Fatal(err)
+				}
+				fi, err := os.Stat(walName(dir, 0))
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := int64(l.size)
+				if tc.prealloc > 0 && tc.allocErr == nil {
+					want = (want + chunk - 1) / chunk * chunk
+				}
+				if fi.Size() != want {
+					t.Fatalf("after append %d: file of %d bytes, want %d", i, fi.Size(), want)
+				}
+				if tc.prealloc < 0 || tc.allocErr != nil || size == 0 || (size-1)/chunk != (l.size-1)/chunk {
+					grew++
+				}
+				if s.full != grew || s.full+s.data != i+1 {
+					t.Fatalf("after append %d: %d fsyncs and %d fdatasyncs, want %d and %d", i, s.full, s.data, grew, i+1-grew)
+				}
+			}
+			if tc.prealloc > 0 && tc.allocErr == nil && (grew < 2 || grew == n) {
+				t.Fatalf("%d of %d appends grew the file: the test does not cross chunks", grew, n)
+			}
+			l.Close()
+			_, rec := open(t, dir)
+			check(t, rec, n)
+		})
 	}
 }
 
@@ -130,27 +236,30 @@ func TestZeroedTail(t *testing.T) {
 // 8 of byte i): a flip in the last frame cuts that frame; a flip in any
 // earlier frame is ErrCorrupt. No flip ever yields a batch that was not
 // written.
+// Each is tried with and without pre-allocated zeros after the frames.
 func TestBitFlips(t *testing.T) {
 	dir, name, full, prefix := fourBatches(t)
-	b := make([]byte, len(full))
-	for i := 0; i < len(full); i++ {
-		copy(b, full)
-		b[i] ^= 1 << (i % 8)
-		if err := os.WriteFile(name, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		l, rec, err := Open(dir, Options{})
-		if i < len(prefix) {
-			if !errors.Is(err, ErrCorrupt) {
-				t.Fatalf("bit %d (before the last frame) flipped: err = %v, want ErrCorrupt", i, err)
+	for _, pad := range []int{0, 4096} {
+		b := make([]byte, len(full)+pad)
+		for i := 0; i < len(full); i++ {
+			copy(b, full)
+			b[i] ^= 1 << (i % 8)
+			if err := os.WriteFile(name, b, 0o644); err != nil {
+				t.Fatal(err)
 			}
-			continue
+			l, rec, err := Open(dir, Options{})
+			if i < len(prefix) {
+				if !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("bit %d (before the last frame, %d zeros after the frames) flipped: err = %v, want ErrCorrupt", i, pad, err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("bit %d (in the last frame, %d zeros after the frames) flipped: %v", i, pad, err)
+			}
+			l.Close()
+			check(t, rec, 3)
 		}
-		if err != nil {
-			t.Fatalf("bit %d (in the last frame) flipped: %v", i, err)
-		}
-		l.Close()
-		check(t, rec, 3)
 	}
 }
 
@@ -249,6 +358,13 @@ func (f faulty) Sync() error {
 	return f.File.Sync()
 }
 
+func (f faulty) Datasync() error {
+	if *f.failSync {
+		return f.err
+	}
+	return f.File.Datasync()
+}
+
 // TestWriteAndSyncFailures: after a failed write (ENOSPC) or fsync (EIO)
 // the log refuses everything, and a reopen recovers exactly the batches
 // whose Append returned nil.
@@ -300,21 +416,31 @@ func TestWriteAndSyncFailures(t *testing.T) {
 
 // TestFullDisk fills a real 64 KiB tmpfs: Append fails with ENOSPC, the
 // log stays broken, and a reopen (after space is freed) recovers every
-// batch acknowledged before. Needs root for the mount; skipped otherwise.
+// batch acknowledged before; with the default chunk, larger than the
+// disk, and with chunks that fill it. Needs root for the mount; skipped
+// otherwise.
 func TestFullDisk(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("mounting a tmpfs needs root")
 	}
+	for _, prealloc := range []int{0, 16 << 10} {
+		t.Run(fmt.Sprint(prealloc), func(t *testing.T) { fillDisk(t, prealloc) })
+	}
+}
+
+func fillDisk(t *testing.T, prealloc int) {
 	dir := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", dir).CombinedOutput(); err != nil {
 		t.Skipf("mount tmpfs: %v: %s", err, out)
 	}
 	defer exec.Command("umount", dir).Run()
 	data := filepath.Join(dir, "data")
-	l, _ := open(t, data)
+	l, _, err := Open(data, Options{Prealloc: prealloc})
+	if err != nil {
+		t.Fatal(err)
+	}
 	big := [][]byte{bytes.Repeat([]byte("x"), 3000)}
 	acked := 0
-	var err error
 	for i := 0; i < 100; i++ {
 		if err = l.Append(big); err != nil {
 			break
@@ -359,4 +485,30 @@ func FuzzOpen(f *testing.F) {
 			t.Fatalf("Cut %d of %d bytes", rec.Cut, len(b))
 		}
 	})
+}
+
+// BenchmarkAppendSync appends one 200-byte record per Append, each
+// synced: pre-allocated chunks and fdatasync ("prealloc") against a file
+// that grows with every frame and is fsynced ("grow"). The data
+// directory is the test's temporary one; TMPDIR picks the disk.
+func BenchmarkAppendSync(b *testing.B) {
+	rec := [][]byte{bytes.Repeat([]byte("r"), 200)}
+	for _, bc := range []struct {
+		name     string
+		prealloc int
+	}{{"prealloc", 0}, {"grow", -1}} {
+		b.Run(bc.name, func(b *testing.B) {
+			l, _, err := Open(b.TempDir(), Options{Prealloc: bc.prealloc})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			for b.Loop() {
+				if err := l.Append(rec); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "syncs/s")
+		})
+	}
 }
