@@ -114,10 +114,11 @@ func (s *system) startZooKeeper(ctx context.Context, l *benchkit.Launcher, dir s
 		if err := os.WriteFile(filepath.Join(data, "myid"), []byte(fmt.Sprintln(i+1)), 0o644); err != nil {
 			return err
 		}
-		// ZooKeeper's defaults, but for maxClientCnxns: its 60
-		// connections per client address would turn away a standalone
-		// server's 61st client, and every client here is 127.0.0.1.
-		conf := fmt.Sprintf("tickTime=2000\ninitLimit=10\nsyncLimit=5\ndataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\nmaxClientCnxns=0\nadmin.enableServer=false\n%s",
+		// ZooKeeper's defaults, but for two limits that a standalone
+		// server's 64 clients, all from 127.0.0.1 and connecting at once,
+		// pass: 60 connections per client address, and a listen backlog
+		// of 50, beyond which connects time out.
+		conf := fmt.Sprintf("tickTime=2000\ninitLimit=10\nsyncLimit=5\ndataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\nmaxClientCnxns=0\nclientPortListenBacklog=1024\nadmin.enableServer=false\n%s",
 			data, ports[3*i], peers.String())
 		cfgFile := filepath.Join(sdir, "zoo.cfg")
 		if err := os.WriteFile(cfgFile, []byte(conf), 0o644); err != nil {
