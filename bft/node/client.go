@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -79,9 +80,15 @@ type ClientConfig struct {
 // there is one, else the identity with the fewest requests outstanding
 // that has room in its window. The requests of one identity execute in
 // the order they started. Replies are routed to the core of the identity
-// they answer. The goroutine takes every reply and call that is waiting
-// before it sends, so the requests of many identities to one replica go
-// out in one write.
+// they answer.
+//
+// The goroutine runs an event loop: one selector serves the links to the
+// replicas, as link.Chans on the channels of the Client's own transport,
+// as a Replica's do. Each pass reads what the links hold (within a
+// budget), takes every call waiting, ticks the cores when a Tick has
+// passed, then collects their output, encoding requests straight into
+// the links' pool buffers, and flushes every link written to once, so
+// the requests of many identities to one replica go out in one message.
 //
 // A replica sends an identity's replies on the link its requests last
 // arrived on (or on the link of that client's own identity). So that
@@ -93,26 +100,27 @@ type Client struct {
 	n      int
 	log    *slog.Logger
 	m      *clientMetrics
-	ep     *endpoint
-	tr     transport
+	limits wire.Limits
+	ev     *clientLoop
 	ctx    context.Context
 	cancel context.CancelFunc
-	done   chan struct{} // closed when the core's goroutine exited
+	done   chan struct{} // closed when the loop exited
+	once   sync.Once
 
-	calls   chan *call
-	abandon chan *call // calls whose ctx ended
-	inbound chan reply
-	once    sync.Once
+	// Calls handed to the loop, under mu; closed once the loop exited.
+	mu        sync.Mutex
+	closed    bool
+	incoming  []*call
+	abandoned []*call // calls whose ctx ended
+	linksUp   atomic.Int32
 
-	// Owned by the core's goroutine.
+	// Owned by the loop's goroutine.
 	slots   []*slot
 	byID    map[bft.ClientID]*slot
-	free    []*slot // identities without a request outstanding
-	dirty   []*slot // cores that may have a Ready
-	pending []*call // calls waiting for room, in arrival order
-	links   []*conn // per replica, as of the last send
-	out     [][][]byte
-	enc     encoder
+	free    []*slot     // identities without a request outstanding
+	dirty   []*slot     // cores that may have a Ready
+	pending []*call     // calls waiting for room, in arrival order
+	links   []*peerLink // per replica: its link, if up
 }
 
 // slot is one client identity and its core.
@@ -130,7 +138,7 @@ type slot struct {
 	// seen[i] is the link to replica i this identity last sent a request
 	// on: a replica that has not seen the identity on its current link
 	// gets its next request too (see Client).
-	seen []*conn
+	seen []*peerLink
 }
 
 type call struct {
@@ -150,16 +158,6 @@ type callResult struct {
 	id  bft.ClientID // the request's identity
 	ts  uint64       // and timestamp
 	err error
-}
-
-// reply is what a link's reader hands to the core's goroutine: one reply
-// rep, or a burst reps, and notifications.
-type reply struct {
-	from  bft.ReplicaID
-	rep   *bft.Reply
-	reps  []*bft.Reply
-	notes []*bft.Notify
-	bytes int // taken from the inbound budget
 }
 
 // NewClient starts a client: it connects to every replica in the
@@ -208,7 +206,7 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		if err != nil {
 			return nil, fmt.Errorf("node: client %d: %w", id, err)
 		}
-		slots[i] = &slot{ccfg: ccfg, core: core, lastTS: cfg.StartTimestamp, seen: make([]*conn, n), calls: make([]*call, 0, cfg.Window)}
+		slots[i] = &slot{ccfg: ccfg, core: core, lastTS: cfg.StartTimestamp, seen: make([]*peerLink, n), calls: make([]*call, 0, cfg.Window)}
 		byID[id] = slots[i]
 	}
 	log := cfg.Logger
@@ -220,105 +218,33 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: client %d: metrics: %w", cfg.ID, err)
 	}
-	tr, err := openTransport(cfg.Network, cfg.Transport)
-	if err != nil {
-		return nil, fmt.Errorf("node: client %d: %w", cfg.ID, err)
-	}
 	free := make([]*slot, len(slots))
 	for i := range slots {
 		free[i] = slots[len(slots)-1-i] // IDs[0] first
 	}
 	c := &Client{
-		cfg:     cfg,
-		n:       n,
-		log:     log,
-		m:       m,
-		done:    make(chan struct{}),
-		calls:   make(chan *call),
-		abandon: make(chan *call),
-		inbound: make(chan reply, min(4*n*len(slots)*cfg.Window, 1<<14)),
-		slots:   slots,
-		byID:    byID,
-		free:    free,
-		links:   make([]*conn, n),
-		out:     make([][][]byte, n),
-		enc:     encoder{minSize: 16 << 10},
-		tr:      tr,
+		cfg:    cfg,
+		n:      n,
+		log:    log,
+		m:      m,
+		limits: wire.Limits{MaxReplicas: n},
+		done:   make(chan struct{}),
+		slots:  slots,
+		byID:   byID,
+		free:   free,
+		links:  make([]*peerLink, n),
+	}
+	if c.ev, err = c.openLoop(); err != nil {
+		return nil, fmt.Errorf("node: client %d: %w", cfg.ID, err)
 	}
 	c.ctx, c.cancel = context.WithCancel(ctx)
-	c.ep = &endpoint{
-		self:    link.ClientPeer(uint64(cfg.ID)),
-		log:     log,
-		limits:  wire.Limits{MaxReplicas: n},
-		opts:    cfg.Link,
-		queue:   max(64, 4*len(slots)*cfg.Window), // each identity has up to Window requests at a time
-		qBytes:  DefaultOutboundQueueBytes,
-		inbound: newByteBudget(DefaultInboundQueueBytes),
-		redial:  backoff{min: cfg.RedialMin, max: cfg.RedialMax},
-		dropped: m.dropped,
-		conns:   make(map[link.Peer]*conn),
-		deliver: c.deliver,
-	}
-	// When ctx ends before Close, the links close too (Close still waits).
-	context.AfterFunc(c.ctx, c.ep.close)
-	for i := range n {
-		key := cfg.Cluster.ClientLinkKey(cfg.ID, bft.ReplicaID(i))
-		if key == nil {
-			log.Error("no link key; not dialing", "replica", i)
-			continue
-		}
-		addr := cfg.Cluster.Replicas[i].Addr
-		c.ep.wg.Add(1)
-		go func() {
-			defer c.ep.wg.Done()
-			c.ep.dialLoop(c.ctx, tr.dial, addr, link.Replica(uint64(i)), key)
-		}()
-	}
-	go c.loop()
+	go c.run()
 	return c, nil
 }
 
-func (c *Client) deliver(cn *conn, m bft.Message, ms []bft.Message, bytes int) bool {
-	if cn.peer.Client {
-		c.m.dropped.inc(reasonUnexpected)
-		c.ep.inbound.give(bytes)
-		return true
-	}
-	in := reply{from: bft.ReplicaID(cn.peer.ID), bytes: bytes}
-	if ms == nil {
-		switch m := m.(type) {
-		case *bft.Reply:
-			in.rep = m
-		case *bft.Notify:
-			in.notes = []*bft.Notify{m}
-		default:
-			c.unexpected(cn, m)
-			return true
-		}
-	} else {
-		in.reps = make([]*bft.Reply, 0, len(ms))
-		for _, m := range ms {
-			switch m := m.(type) {
-			case *bft.Reply:
-				in.reps = append(in.reps, m)
-			case *bft.Notify:
-				in.notes = append(in.notes, m)
-			default:
-				c.unexpected(cn, m)
-			}
-		}
-	}
-	select {
-	case c.inbound <- in:
-		return true
-	case <-cn.done:
-		return false
-	}
-}
-
-func (c *Client) unexpected(cn *conn, m bft.Message) {
+func (c *Client) unexpected(from link.Peer, m bft.Message) {
 	c.m.dropped.inc(reasonUnexpected)
-	c.log.Debug("unexpected message", "from", cn.peer, "type", typeNames[typeIndex(m.Type())])
+	c.log.Debug("unexpected message", "from", from, "type", typeNames[typeIndex(m.Type())])
 }
 
 // Invoke runs op through the replicated state machine and returns its
@@ -350,100 +276,65 @@ func (c *Client) InvokeRead(ctx context.Context, op []byte) ([]byte, error) {
 }
 
 func (c *Client) invoke(ctx context.Context, op []byte, read bool) callResult {
+	if err := ctx.Err(); err != nil {
+		return callResult{err: err}
+	}
 	cl := &call{op: op, read: read, ctx: ctx, start: time.Now(), done: make(chan callResult, 1)}
-	select {
-	case c.calls <- cl:
-	case <-ctx.Done():
-		return callResult{err: ctx.Err()}
-	case <-c.ctx.Done():
+	if !c.post(&c.incoming, cl) {
 		return callResult{err: ErrClosed}
 	}
 	select {
 	case r := <-cl.done:
 		return r
 	case <-ctx.Done():
-		// Tell the core's goroutine, unless it answers first (with the
-		// result, or ErrClosed when it exits).
-		select {
-		case c.abandon <- cl:
-			return <-cl.done
-		case r := <-cl.done:
-			return r
-		}
+		// Tell the loop, which answers (with ctx's error, or the result
+		// if it had it first); a loop that exited answered every call.
+		c.post(&c.abandoned, cl)
+		return <-cl.done
 	}
 }
 
-// Close stops the client: it closes every link and returns after all the
-// client's goroutines have exited. Invokes in progress return ErrClosed.
+// post hands cl to the loop in q and wakes the loop if q was empty; it
+// fails once the loop exited.
+func (c *Client) post(q *[]*call, cl *call) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	*q = append(*q, cl)
+	if len(*q) == 1 {
+		// Under mu: the loop closes the selector only after it set
+		// closed.
+		c.ev.sel.Wakeup()
+	}
+	return true
+}
+
+// takeCalls starts or queues the calls Invoke handed over, then drops
+// the abandoned ones.
+func (c *Client) takeCalls() {
+	c.mu.Lock()
+	in, ab := c.incoming, c.abandoned
+	c.incoming, c.abandoned = nil, nil
+	c.mu.Unlock()
+	for _, cl := range in {
+		c.enqueue(cl)
+	}
+	for _, cl := range ab {
+		c.drop(cl)
+	}
+}
+
+// Close stops the client: it closes every link and its transport and
+// returns after the client's goroutine has exited. Invokes in progress
+// return ErrClosed.
 func (c *Client) Close() error {
 	c.once.Do(func() {
 		c.cancel()
 		<-c.done
-		c.ep.close()
-		c.ep.wg.Wait()
-		c.tr.close()
 	})
 	return nil
-}
-
-// maxClientDrain bounds the events the core's goroutine takes before it
-// sends.
-const maxClientDrain = 1024
-
-// loop is the client cores' goroutine. It takes one event, then every
-// event already waiting (up to maxClientDrain), and only then collects
-// the cores' output and sends it, so that one burst of replies and calls
-// turns into one queueing per link.
-func (c *Client) loop() {
-	defer close(c.done)
-	t := time.NewTicker(c.cfg.Tick)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.ctx.Done():
-			for _, cl := range c.pending {
-				c.answer(cl, callResult{err: ErrClosed})
-			}
-			for _, s := range c.slots {
-				for _, cl := range s.calls {
-					c.answer(cl, callResult{err: ErrClosed})
-				}
-			}
-			return
-		case cl := <-c.calls:
-			c.enqueue(cl)
-		case cl := <-c.abandon:
-			c.drop(cl)
-		case rp := <-c.inbound:
-			c.step(rp)
-		case <-t.C:
-			if len(c.free) < len(c.slots) || c.cfg.OnNote != nil {
-				for _, s := range c.slots {
-					if busy := s.core.Outstanding(); busy || c.cfg.OnNote != nil {
-						s.core.Tick()
-						s.retx = busy
-						c.touch(s)
-					}
-				}
-			}
-		}
-	drain:
-		for range maxClientDrain {
-			select {
-			case rp := <-c.inbound:
-				c.step(rp)
-			case cl := <-c.calls:
-				c.enqueue(cl)
-			case cl := <-c.abandon:
-				c.drop(cl)
-			default:
-				break drain
-			}
-		}
-		if len(c.dirty) > 0 {
-			c.flush()
-		}
-	}
 }
 
 func (c *Client) touch(s *slot) {
@@ -581,26 +472,18 @@ func (c *Client) drop(cl *call) {
 	c.schedule()
 }
 
-func (c *Client) step(rp reply) {
-	defer c.ep.inbound.give(rp.bytes)
-	if rp.rep != nil {
-		c.stepOne(rp.from, rp.rep)
+// stepNote hands a notification from replica from to its identity's core.
+func (c *Client) stepNote(from bft.ReplicaID, m *bft.Notify) {
+	s := c.byID[m.Client]
+	if s == nil {
+		c.m.dropped.inc(reasonInvalid)
+		return
 	}
-	for _, rep := range rp.reps {
-		c.stepOne(rp.from, rep)
+	if err := s.core.StepNotify(from, m); err != nil {
+		c.m.dropped.inc(stepReason(err))
+		return
 	}
-	for _, m := range rp.notes {
-		s := c.byID[m.Client]
-		if s == nil {
-			c.m.dropped.inc(reasonInvalid)
-			continue
-		}
-		if err := s.core.StepNotify(rp.from, m); err != nil {
-			c.m.dropped.inc(stepReason(err))
-			continue
-		}
-		c.touch(s)
-	}
+	c.touch(s)
 }
 
 func (c *Client) stepOne(from bft.ReplicaID, rep *bft.Reply) {
@@ -616,14 +499,9 @@ func (c *Client) stepOne(from bft.ReplicaID, rep *bft.Reply) {
 	c.touch(s)
 }
 
-// flush collects the Ready of every core that may have one, answers the
-// calls that completed and sends the requests, per link in one queueing.
-func (c *Client) flush() {
-	ep := c.ep
-	ep.mu.Lock()
-	for i := range c.links {
-		c.links[i] = ep.lookupLocked(link.Replica(uint64(i)))
-	}
+// collect takes the Ready of every core that may have one, answers the
+// calls that completed and queues the requests on the links.
+func (c *Client) collect() {
 	noLink := 0
 	// A result frees room for a waiting call, whose identity is appended
 	// to c.dirty: it is collected in the same pass.
@@ -638,29 +516,24 @@ func (c *Client) flush() {
 				c.m.retransmissions.Inc()
 				c.log.Debug("retransmitting requests", "client", s.ccfg.ID, "outstanding", s.core.InFlight())
 			}
-			var (
-				last  bft.Message
-				frame []byte
-			)
+			var last bft.Message
 			for _, e := range rd.Messages {
-				if e.Msg != last {
-					last, frame = e.Msg, c.enc.encode(e.Msg)
-				}
+				last = e.Msg
 				i := int(e.To.ID)
 				if e.To.Client || i >= c.n || c.links[i] == nil {
 					noLink++
 					continue
 				}
-				c.out[i] = append(c.out[i], frame)
 				s.seen[i] = c.links[i]
+				c.send(c.links[i], e.Msg)
 			}
 			// The identity's request, to the replicas that have not
 			// seen it on their current link.
 			if _, ok := last.(*bft.Request); ok {
 				for i, l := range c.links {
 					if l != nil && s.seen[i] != l {
-						c.out[i] = append(c.out[i], frame)
 						s.seen[i] = l
+						c.send(l, last)
 					}
 				}
 			}
@@ -677,17 +550,6 @@ func (c *Client) flush() {
 			c.schedule()
 		}
 	}
-	for i, l := range c.links {
-		if len(c.out[i]) == 0 {
-			continue
-		}
-		if k := l.enqueueAll(c.out[i]); k < len(c.out[i]) {
-			c.m.dropped.add(reasonQueueFull, len(c.out[i])-k)
-		}
-		clear(c.out[i])
-		c.out[i] = c.out[i][:0]
-	}
-	ep.mu.Unlock()
 	clear(c.dirty)
 	c.dirty = c.dirty[:0]
 	if noLink > 0 {

@@ -3,9 +3,8 @@
 // (package rubin), with authenticated links (package bft/link) and the
 // cluster's keys (package bft/auth).
 //
-// A Replica serves its links on the channels of rubin's transports with a
-// selector, which needs Linux; a Client runs wherever package rubin does
-// (on Linux over rubin's TCP transport, elsewhere over package net).
+// A Replica and a Client serve their links on the channels of rubin's
+// transports with a selector, which needs Linux.
 // "rdma" needs Linux, cgo and rdma-core, and a program that imports
 // transport/rdma for its side effect.
 //
@@ -23,14 +22,16 @@
 // flushed once at the end of the pass. There are no goroutines per link,
 // no hand-offs between goroutines and no timers besides the tick.
 //
-// A Client has one goroutine that runs one bft.Client per client identity
-// it multiplexes (ClientConfig.IDs), each with up to ClientConfig.Window
-// requests outstanding, taking every waiting reply and call before it
-// sends, so the requests of many identities to a replica share one flush.
-// Concurrent Invokes start in the order they reach that goroutine, and
-// the requests of one identity execute in the order they started. Its links run on package rubin's net.Conn face: a reader
-// and a writer goroutine per link, and one goroutine per replica that
-// dials and redials.
+// A running Client is an event loop of the same kind on one goroutine,
+// which dials every replica and owns one bft.Client per client identity it
+// multiplexes (ClientConfig.IDs), each with up to ClientConfig.Window
+// requests outstanding. Invoke hands its call to the loop under a mutex
+// and wakes the selector; each pass reads the replies the links have,
+// takes every call waiting, and encodes the cores' requests into the
+// links' pool buffers, so the requests of many identities to a replica
+// share one flush. Concurrent Invokes start in the order they reach the
+// loop, and the requests of one identity execute in the order they
+// started.
 //
 // # Connections
 //

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -84,6 +85,32 @@ type passBudget struct {
 }
 
 func (b passBudget) spent() bool { return b.msgs <= 0 || b.bytes <= 0 }
+
+// maxBurst and maxBurstBytes bound what a loop reads from one link
+// before it serves the others.
+const (
+	maxBurst      = 64
+	maxBurstBytes = 1 << 20
+)
+
+// backoff is a capped exponential backoff with jitter.
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+// next returns the delay before the next attempt.
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	// Jitter in [cur/2, cur): peers that lost each other together do not
+	// retry in lockstep.
+	return b.cur/2 + rand.N(b.cur/2+1)
+}
 
 // sharedMin is the smallest encoded broadcast that goes to its
 // destinations as one shared pool buffer, each link sending its tag
@@ -219,16 +246,12 @@ func (r *Replica) serve(ev *eventLoop, pl *peerLink, ready selectionkey.Ops) {
 		return
 	}
 	if ready&selectionkey.OpConnect != 0 {
-		ok, err := pl.ch.Conn().FinishConnect()
+		ok, err := pl.connected()
 		if err != nil {
 			r.fail(pl, err)
 			return
 		}
 		if !ok {
-			return
-		}
-		if err := pl.key.SetInterest(selectionkey.OpRead); err != nil {
-			r.fail(pl, err)
 			return
 		}
 	}
@@ -250,17 +273,7 @@ func (r *Replica) serve(ev *eventLoop, pl *peerLink, ready selectionkey.Ops) {
 // handshake advances pl's handshake; once it is done, pl becomes its
 // peer's link and what arrived behind the handshake is read.
 func (r *Replica) handshake(ev *eventLoop, pl *peerLink) {
-	if pl.dialer != nil && pl.key.Interest()&selectionkey.OpConnect != 0 {
-		return // the connect is pending: no hello yet
-	}
-	done, err := pl.ch.Handshake()
-	if err == nil {
-		err = pl.ch.Flush()
-		if errors.Is(err, channel.ErrWouldBlock) {
-			pl.writing = true
-			err = pl.key.SetInterest(selectionkey.OpRead | selectionkey.OpWrite)
-		}
-	}
+	done, err := pl.advance()
 	if err != nil {
 		r.fail(pl, err)
 		return
@@ -393,6 +406,41 @@ func (r *Replica) read(ev *eventLoop, pl *peerLink) {
 // flush hands pl's frames to its channel; what the channel cannot take
 // yet waits for OpWrite.
 func (r *Replica) flush(pl *peerLink) {
+	if err := pl.flush(); err != nil {
+		r.log.Debug("link write failed", "peer", pl.peer, "err", err)
+		r.fail(pl, err)
+	}
+}
+
+// connected finishes pl's pending connect: false while it is pending.
+func (pl *peerLink) connected() (bool, error) {
+	ok, err := pl.ch.Conn().FinishConnect()
+	if err != nil || !ok {
+		return false, err
+	}
+	return true, pl.key.SetInterest(selectionkey.OpRead)
+}
+
+// advance advances pl's handshake as far as it can go now and reports
+// whether it is done; an error is final.
+func (pl *peerLink) advance() (bool, error) {
+	if pl.dialer != nil && pl.key.Interest()&selectionkey.OpConnect != 0 {
+		return false, nil // the connect is pending: no hello yet
+	}
+	done, err := pl.ch.Handshake()
+	if err == nil {
+		err = pl.ch.Flush()
+		if errors.Is(err, channel.ErrWouldBlock) {
+			pl.writing = true
+			err = pl.key.SetInterest(selectionkey.OpRead | selectionkey.OpWrite)
+		}
+	}
+	return done && err == nil, err
+}
+
+// flush hands pl's frames to its channel, waiting for OpWrite while the
+// channel cannot take them all; an error is final.
+func (pl *peerLink) flush() error {
 	err := pl.ch.Flush()
 	switch {
 	case errors.Is(err, channel.ErrWouldBlock):
@@ -413,10 +461,7 @@ func (r *Replica) flush(pl *peerLink) {
 		}
 	}
 	pl.queued.Store(int64(pl.ch.Queued()))
-	if err != nil {
-		r.log.Debug("link write failed", "peer", pl.peer, "err", err)
-		r.fail(pl, err)
-	}
+	return err
 }
 
 // flushTouched flushes the links appended to during this pass.
@@ -464,15 +509,25 @@ func (r *Replica) housekeeping(ctx context.Context, ev *eventLoop, now time.Time
 // full reports whether pl's output is at one of its bounds; the frames
 // for it are dropped.
 func (r *Replica) full(pl *peerLink) bool {
-	return pl.dead || pl.frames >= r.cfg.OutboundQueue || pl.ch.Queued() >= r.cfg.OutboundQueueBytes ||
-		pl.ch.Waiting() >= maxWaiting
+	return pl.full(r.cfg.OutboundQueue, r.cfg.OutboundQueueBytes)
 }
 
 // room returns the bytes pl's next frame may take: any size on an empty
 // queue, else what is left under OutboundQueueBytes.
-func (r *Replica) room(pl *peerLink) int {
+func (r *Replica) room(pl *peerLink) int { return pl.room(r.cfg.OutboundQueueBytes) }
+
+// full reports whether pl is closed or its output holds frames frames,
+// bytes bytes, or maxWaiting pool buffers.
+func (pl *peerLink) full(frames, bytes int) bool {
+	return pl.dead || pl.frames >= frames || pl.ch.Queued() >= bytes || pl.ch.Waiting() >= maxWaiting
+}
+
+// room returns the bytes pl's next frame may take, for a link whose
+// output is bounded by bytes: 0 (any size) on an empty queue, else what
+// is left.
+func (pl *peerLink) room(bytes int) int {
 	if q := pl.ch.Queued(); q > 0 {
-		return max(r.cfg.OutboundQueueBytes-q, 1)
+		return max(bytes-q, 1)
 	}
 	return 0
 }

@@ -667,11 +667,7 @@ func TestMultiplexedClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	waitFor(t, 10*time.Second, "client links", func() bool {
-		c.ep.mu.Lock()
-		defer c.ep.mu.Unlock()
-		return len(c.ep.conns) == 4
-	})
+	waitFor(t, 10*time.Second, "client links", func() bool { return c.linksUp.Load() == 4 })
 	// 2*ids workers: half of them wait for a free identity at any time.
 	workers := make([]*Client, 2*ids)
 	for i := range workers {
