@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -109,5 +111,76 @@ func TestLoadAgainstZooKeeper(t *testing.T) {
 	s.stop()
 	if err := s.check(); err == nil {
 		t.Error("the server still runs after stop")
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	cfg, err := parseConfig([]string{"-systems", "coord,coord-rdma", "-host", "192.0.2.1", "-quick", "-duration", "5s"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cfg.systems, []string{ours, oursRDMA}) || cfg.host != "192.0.2.1" {
+		t.Errorf("systems %q, host %q", cfg.systems, cfg.host)
+	}
+	if cfg.rounds != 1 || cfg.warmup != time.Second || cfg.duration != 2*time.Second {
+		t.Errorf("-quick: %d rounds, %v warm-up, %v measured", cfg.rounds, cfg.warmup, cfg.duration)
+	}
+	cfg, err = parseConfig(nil, io.Discard)
+	if err != nil || cfg.host != "127.0.0.1" || !slices.Equal(cfg.systems, []string{ensemble, standalone, ours}) {
+		t.Errorf("defaults: systems %q, host %q, %v", cfg.systems, cfg.host, err)
+	}
+	for _, bad := range [][]string{
+		{"-systems", "coord,coord-ib"},
+		{"-systems", ""},
+		{"-host", "rxe0"},
+		{"-clients", "0"},
+		{"extra"},
+	} {
+		if _, err := parseConfig(bad, io.Discard); !errors.Is(err, errUsage) {
+			t.Errorf("parseConfig(%q) = %v, want a usage error", bad, err)
+		}
+	}
+}
+
+// TestReportWithoutEnsemble compares coord over RDMA with coord over TCP
+// when no ensemble is measured, and judges no goal.
+func TestReportWithoutEnsemble(t *testing.T) {
+	r := newResults(config{systems: []string{ours, oursRDMA}, clients: []int{1, 16}, host: "192.0.2.1", rounds: 1})
+	r.add(ours, 1, sample{rate: 1000, p50: 1000, p99: 2000}, nil)
+	r.add(oursRDMA, 1, sample{rate: 1500, p50: 500, p99: 1000}, nil)
+	r.add(ours, 16, sample{}, errors.New("no tcp"))
+	r.add(oursRDMA, 16, sample{rate: 3000, p50: 700, p99: 900}, nil)
+	if r.baseline() != ours {
+		t.Errorf("baseline = %q, want %q", r.baseline(), ours)
+	}
+	if v := r.verdicts(); len(v) != 0 {
+		t.Errorf("verdicts without an ensemble: %q", v)
+	}
+	var md strings.Builder
+	if err := r.writeMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"# Coordination service over TCP and RDMA\n",
+		"Ratios are to coord over TCP",
+		"ops/s vs coord",
+		"- **coord-rdma:** the same over RDMA on 192.0.2.1:",
+		"| coord-rdma | 1 | 1500 | 500 | 1000 | 1.50",
+		"| coord-rdma | 16 | 3000 | 700 | 900 | - | - | - |",
+		"no tcp",
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, md.String())
+		}
+	}
+	if strings.Contains(md.String(), "ZooKeeper 3.8") || strings.Contains(md.String(), "ensemble") {
+		t.Errorf("report describes a ZooKeeper that was not measured:\n%s", md.String())
+	}
+	r = newResults(config{systems: []string{oursRDMA}, clients: []int{1}})
+	r.add(oursRDMA, 1, sample{rate: 1500, p50: 500, p99: 1000}, nil)
+	var b strings.Builder
+	r.table().WriteText(&b)
+	if r.baseline() != "" || strings.Contains(b.String(), " vs ") {
+		t.Errorf("a ratio with no baseline measured:\n%s", &b)
 	}
 }

@@ -4,11 +4,12 @@
 //
 // Usage, from the module root:
 //
-//	coordbench [-coord PATH] [-systems ensemble,standalone,coord] [-clients 1,16,64]
-//	           [-warmup 3s] [-duration 10s] [-rounds 3] [-size 64] [-md FILE] [-svg FILE] [-quick]
+//	coordbench [-coord PATH] [-systems ensemble,standalone,coord] [-host 127.0.0.1]
+//	           [-clients 1,16,64] [-warmup 3s] [-duration 10s] [-rounds 3] [-size 64]
+//	           [-md FILE] [-svg FILE] [-quick]
 //
 // The systems, each started once for the whole run as real processes on
-// loopback:
+// this machine:
 //
 //   - ensemble: three Apache ZooKeeper 3.8 servers (Debian package
 //     zookeeper), each with its own data directory and ports; the
@@ -16,6 +17,13 @@
 //   - standalone: one Apache ZooKeeper server.
 //   - coord: four coord replicas over TCP, each persisting to its own data
 //     directory, and one coord gateway that the clients connect to.
+//   - coord-rdma: the same over RDMA: the replicas talk to each other and
+//     the gateway to them over the rdma transport; the clients still reach
+//     the gateway over TCP, as ZooKeeper's clients do.
+//
+// ZooKeeper listens on loopback; the coord replicas and gateway listen on
+// -host, which for coord-rdma must be an address of an RDMA device (in the
+// Soft-RoCE VM of scripts/rdmavm.sh, $RDMAVM_RXE_IP).
 //
 // The workload is a closed loop of N clients of go-zookeeper/zk, each with
 // its own session and znode, alternating setData and getData of a small
@@ -26,7 +34,8 @@
 //
 // For each round and client count it measures every system in turn, so
 // the systems alternate, and quotes medians over rounds, with ratios to
-// the ensemble. With taskset every server process (ZooKeeper's JVMs, or
+// the ensemble, or, where no ensemble is measured, to coord over TCP.
+// With taskset every server process (ZooKeeper's JVMs, or
 // the replicas and the gateway) runs on CPU 1 and the clients on CPU 0,
 // like a server host and a client host; the servers of one system share
 // that one CPU, which makes every figure a floor.
@@ -42,10 +51,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -86,6 +97,7 @@ type config struct {
 	size             int
 	md, svg          string
 	generatedBy      string
+	host             string
 	timeout          time.Duration
 	quick            bool
 	pin              bool
@@ -97,7 +109,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	var cfg config
 	var systems, clients string
 	fs.StringVar(&cfg.coordBin, "coord", "", "the coord command's binary (default: built from ./cmd/coord into a temporary directory)")
-	fs.StringVar(&systems, "systems", "ensemble,standalone,coord", "systems to measure, comma-separated: ensemble (the baseline), standalone, coord")
+	fs.StringVar(&systems, "systems", "ensemble,standalone,coord", "systems to measure, comma-separated: ensemble (the baseline), standalone, coord, coord-rdma")
+	fs.StringVar(&cfg.host, "host", "127.0.0.1", "address the coord replicas and gateway listen on (for coord-rdma, an RDMA device's)")
 	fs.StringVar(&clients, "clients", "1,16,64", "closed-loop client counts")
 	fs.DurationVar(&cfg.warmup, "warmup", 3*time.Second, "unmeasured time at the start of every run")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "measured time of every run")
@@ -120,8 +133,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	}
 	cfg.systems = benchkit.SplitList(systems)
 	for _, s := range cfg.systems {
-		if s != ensemble && s != standalone && s != ours {
-			return cfg, fmt.Errorf("%w: -systems: %q is none of ensemble, standalone, coord", errUsage, s)
+		if !slices.Contains(allSystems, s) {
+			return cfg, fmt.Errorf("%w: -systems: %q is none of %s", errUsage, s, strings.Join(allSystems, ", "))
 		}
 	}
 	var err error
@@ -131,6 +144,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	switch {
 	case len(cfg.systems) == 0:
 		return cfg, fmt.Errorf("%w: -systems is empty", errUsage)
+	case net.ParseIP(cfg.host) == nil:
+		return cfg, fmt.Errorf("%w: -host %q is not an IP address", errUsage, cfg.host)
 	case cfg.rounds < 1 || cfg.duration <= 0 || cfg.warmup < 0 || cfg.size < 0 || cfg.timeout <= 0:
 		return cfg, fmt.Errorf("%w: -rounds, -duration and -timeout must be positive, -warmup and -size not negative", errUsage)
 	}

@@ -3,13 +3,12 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/rubin-go/rubin/benchmarks/internal/benchkit"
 )
-
-// baselineSystem is the system every figure is compared with.
-const baselineSystem = ensemble
 
 // The goals, as ratios to the ensemble measured in the same run.
 const (
@@ -79,13 +78,30 @@ func (r *results) medians(k key) (s sample, ok bool) {
 	}, true
 }
 
-// table returns the medians, with every figure's ratio to the ensemble's
-// at the same client count.
+// baseline returns the system every figure is compared with: the
+// ensemble, or without it coord over TCP (so that coord over RDMA compares
+// with it); "" if the run measures neither.
+func (r *results) baseline() string {
+	for _, name := range []string{ensemble, ours} {
+		if slices.Contains(r.cfg.systems, name) {
+			return name
+		}
+	}
+	return ""
+}
+
+// table returns the medians, with every figure's ratio to the baseline's
+// at the same client count, if there is a baseline.
 func (r *results) table() *benchkit.Table {
+	base := r.baseline()
 	t := &benchkit.Table{
-		Header: []string{"system", "clients", "ops/s", "p50 us", "p99 us", "ops/s vs ensemble", "p50 vs ensemble", "p99 vs ensemble"},
-		Right:  []bool{false, true, true, true, true, true, true, true},
+		Header: []string{"system", "clients", "ops/s", "p50 us", "p99 us"},
+		Right:  []bool{false, true, true, true, true},
 		ErrCol: 2,
+	}
+	if base != "" {
+		t.Header = append(t.Header, "ops/s vs "+base, "p50 vs "+base, "p99 vs "+base)
+		t.Right = append(t.Right, true, true, true)
 	}
 	for _, clients := range r.cfg.clients {
 		for _, name := range r.cfg.systems {
@@ -96,14 +112,19 @@ func (r *results) table() *benchkit.Table {
 				t.AddError(fmt.Sprint(r.errs[k][0]), cells...)
 				continue
 			}
-			vsRate, vsP50, vsP99 := "base", "base", "base"
-			if name != baselineSystem {
-				vsRate, vsP50, vsP99 = "-", "-", "-"
-				if base, ok := r.medians(key{baselineSystem, clients}); ok {
-					vsRate, vsP50, vsP99 = benchkit.Ratio(s.rate, base.rate), benchkit.Ratio(s.p50, base.p50), benchkit.Ratio(s.p99, base.p99)
+			cells = append(cells, fmt.Sprintf("%.0f", s.rate), fmt.Sprintf("%.0f", s.p50), fmt.Sprintf("%.0f", s.p99))
+			switch {
+			case base == "":
+			case name == base:
+				cells = append(cells, "base", "base", "base")
+			default:
+				vs := []string{"-", "-", "-"}
+				if b, ok := r.medians(key{base, clients}); ok {
+					vs = []string{benchkit.Ratio(s.rate, b.rate), benchkit.Ratio(s.p50, b.p50), benchkit.Ratio(s.p99, b.p99)}
 				}
+				cells = append(cells, vs...)
 			}
-			t.Add(append(cells, fmt.Sprintf("%.0f", s.rate), fmt.Sprintf("%.0f", s.p50), fmt.Sprintf("%.0f", s.p99), vsRate, vsP50, vsP99)...)
+			t.Add(cells...)
 		}
 	}
 	return t
@@ -123,7 +144,7 @@ func (r *results) verdicts() []string {
 	var out []string
 	for _, c := range goalThroughputAt {
 		o, ok1 := r.medians(key{ours, c})
-		b, ok2 := r.medians(key{baselineSystem, c})
+		b, ok2 := r.medians(key{ensemble, c})
 		if !ok1 || !ok2 {
 			continue
 		}
@@ -136,7 +157,7 @@ func (r *results) verdicts() []string {
 			c, o.rate, b.rate, ratio, verdict(ratio >= goalThroughput), stretch))
 	}
 	o, ok1 := r.medians(key{ours, goalP50Clients})
-	b, ok2 := r.medians(key{baselineSystem, goalP50Clients})
+	b, ok2 := r.medians(key{ensemble, goalP50Clients})
 	if ok1 && ok2 {
 		ratio := o.p50 / b.p50
 		out = append(out, fmt.Sprintf("goal: coord p50 <= %.1fx ensemble's with %d client: %.0f vs %.0f us (%.2fx): %s",
@@ -152,18 +173,60 @@ func verdict(met bool) string {
 	return "MISSED"
 }
 
+// title names what the run compares.
+func (r *results) title() string {
+	if slices.ContainsFunc(r.cfg.systems, zooKeeper) {
+		return "Coordination service against Apache ZooKeeper"
+	}
+	var over []string
+	for _, name := range r.cfg.systems {
+		switch name {
+		case ours:
+			over = append(over, "TCP")
+		case oursRDMA:
+			over = append(over, "RDMA")
+		}
+	}
+	return "Coordination service over " + strings.Join(over, " and ")
+}
+
+// systemNotes describes the named system for the report.
+func (r *results) systemNotes(name string) string {
+	where := ""
+	if r.cfg.host != "127.0.0.1" {
+		where = " on " + r.cfg.host
+	}
+	switch name {
+	case ensemble:
+		return "three Apache ZooKeeper 3.8 servers (Debian package `zookeeper`, default settings, synced transaction log) on loopback; client i connects to server i mod 3"
+	case standalone:
+		return "one Apache ZooKeeper server"
+	case ours:
+		return "four `coord replica` processes (f = 1) over TCP" + where + ", each persisting to its own data directory, and one `coord gateway` that every client connects to; every read is linearizable"
+	case oursRDMA:
+		return "the same over RDMA" + where + ": the replicas talk to each other, and the gateway to them, over the rdma transport; the clients reach the gateway over TCP"
+	}
+	return ""
+}
+
 func (r *results) writeMarkdown(w io.Writer) error {
-	fmt.Fprintf(w, "# Coordination service against Apache ZooKeeper\n\n")
+	fmt.Fprintf(w, "# %s\n\n", r.title())
 	if r.cfg.generatedBy != "" {
 		fmt.Fprintf(w, "Generated by `%s`.\n\n", r.cfg.generatedBy)
 	}
 	fmt.Fprintf(w, "Closed-loop clients of go-zookeeper/zk, each with its own session and znode, alternating setData and getData of a %s value; "+
-		"%v of warm-up, then %v measured; medians of %d round%s, the systems alternating within each round. "+
-		"Ratios are to the Apache ZooKeeper ensemble measured in the same run.\n\n",
+		"%v of warm-up, then %v measured; medians of %d round%s, the systems alternating within each round.",
 		benchkit.FormatSize(r.cfg.size), r.cfg.warmup, r.cfg.duration, r.cfg.rounds, benchkit.Plural(r.cfg.rounds))
-	fmt.Fprintf(w, "- **ensemble:** three Apache ZooKeeper 3.8 servers (Debian package `zookeeper`, default settings, synced transaction log) on loopback; client i connects to server i mod 3\n")
-	fmt.Fprintf(w, "- **standalone:** one Apache ZooKeeper server\n")
-	fmt.Fprintf(w, "- **coord:** four `coord replica` processes (f = 1) over TCP, each persisting to its own data directory, and one `coord gateway` that every client connects to; every read is linearizable\n")
+	switch r.baseline() {
+	case ensemble:
+		fmt.Fprintf(w, " Ratios are to the Apache ZooKeeper ensemble measured in the same run.")
+	case ours:
+		fmt.Fprintf(w, " Ratios are to coord over TCP measured in the same run.")
+	}
+	fmt.Fprintf(w, "\n\n")
+	for _, name := range r.cfg.systems {
+		fmt.Fprintf(w, "- **%s:** %s\n", name, r.systemNotes(name))
+	}
 	fmt.Fprintf(w, "- **machine:** %s\n", benchkit.Machine())
 	shared := ""
 	if r.cfg.pin {
@@ -197,7 +260,7 @@ func (r *results) writeMarkdown(w io.Writer) error {
 // plot draws throughput against the number of clients, a line per system.
 func (r *results) plot() *benchkit.Plot {
 	p := &benchkit.Plot{
-		Title:    "Coordination service against Apache ZooKeeper",
+		Title:    r.title(),
 		Subtitle: "median ops/s, 50% setData / 50% getData; " + r.placement,
 		XLabel:   "clients",
 		YLabel:   "operations per second",
@@ -207,7 +270,7 @@ func (r *results) plot() *benchkit.Plot {
 		p.XTickLabels = append(p.XTickLabels, fmt.Sprint(c))
 	}
 	for _, name := range r.cfg.systems {
-		s := benchkit.Series{Name: name, Baseline: name == baselineSystem && len(r.cfg.systems) > 1}
+		s := benchkit.Series{Name: name, Baseline: name == r.baseline() && len(r.cfg.systems) > 1}
 		for _, c := range r.cfg.clients {
 			m, ok := r.medians(key{name, c})
 			if !ok {

@@ -20,8 +20,15 @@ import (
 const (
 	ensemble   = "ensemble"   // Apache ZooKeeper, three servers
 	standalone = "standalone" // Apache ZooKeeper, one server
-	ours       = "coord"      // four coord replicas and a coord gateway
+	ours       = "coord"      // four coord replicas and a coord gateway, over TCP
+	oursRDMA   = "coord-rdma" // the same, the replicas and the gateway over RDMA
 )
+
+// allSystems are the systems -systems may name.
+var allSystems = []string{ensemble, standalone, ours, oursRDMA}
+
+// zooKeeper reports whether the named system is Apache ZooKeeper.
+func zooKeeper(name string) bool { return name == ensemble || name == standalone }
 
 // zkServerScript runs an Apache ZooKeeper server in the foreground.
 const zkServerScript = "/usr/share/zookeeper/bin/zkServer.sh"
@@ -73,7 +80,9 @@ func startSystem(ctx context.Context, l *benchkit.Launcher, cfg config, name, di
 	case standalone:
 		err = s.startZooKeeper(ctx, l, dir, 1)
 	case ours:
-		err = s.startCoord(ctx, l, cfg, dir)
+		err = s.startCoord(ctx, l, cfg, dir, "tcp")
+	case oursRDMA:
+		err = s.startCoord(ctx, l, cfg, dir, "rdma")
 	default:
 		err = fmt.Errorf("unknown system %q", name)
 	}
@@ -140,30 +149,31 @@ func (s *system) startZooKeeper(ctx context.Context, l *benchkit.Launcher, dir s
 // request in flight, so at least the most clients measured.
 const coordClients = 128
 
-// startCoord starts four coord replicas over TCP, each persisting to its
-// own data directory, and one gateway.
-func (s *system) startCoord(ctx context.Context, l *benchkit.Launcher, cfg config, dir string) error {
+// startCoord starts four coord replicas on cfg.host, each persisting to
+// its own data directory, and one gateway there, all over transport (tcp
+// or rdma); clients reach the gateway over TCP.
+func (s *system) startCoord(ctx context.Context, l *benchkit.Launcher, cfg config, dir, transport string) error {
 	const n = 4
-	base, err := freeRun(n)
+	base, err := freeRun(cfg.host, n)
 	if err != nil {
 		return err
 	}
 	file := filepath.Join(dir, "cluster.json")
-	keygen := exec.CommandContext(ctx, cfg.coordBin, "keygen", "-n", strconv.Itoa(n), "-base-port", strconv.Itoa(base),
+	keygen := exec.CommandContext(ctx, cfg.coordBin, "keygen", "-n", strconv.Itoa(n), "-host", cfg.host, "-base-port", strconv.Itoa(base),
 		"-clients", strconv.Itoa(max(coordClients, slicesMax(cfg.clients))), "-out", file)
 	if out, err := keygen.CombinedOutput(); err != nil {
 		return fmt.Errorf("coord keygen: %w: %s", err, out)
 	}
 	for i := range n {
 		p, _, err := l.StartServer(ctx, fmt.Sprintf("replica %d listening on ", i), time.Minute, cfg.coordBin,
-			"replica", "-id", strconv.Itoa(i), "-cluster", file, "-transport", "tcp", "-data-dir", filepath.Join(dir, fmt.Sprintf("data%d", i)))
+			"replica", "-id", strconv.Itoa(i), "-cluster", file, "-transport", transport, "-data-dir", filepath.Join(dir, fmt.Sprintf("data%d", i)))
 		if err != nil {
 			return fmt.Errorf("replica %d: %w", i, err)
 		}
 		s.procs = append(s.procs, p)
 	}
 	p, addr, err := l.StartServer(ctx, "gateway listening on ", time.Minute, cfg.coordBin,
-		"gateway", "-cluster", file, "-listen", "127.0.0.1:0", "-transport", "tcp")
+		"gateway", "-cluster", file, "-listen", net.JoinHostPort(cfg.host, "0"), "-transport", transport)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
@@ -194,18 +204,18 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// freeRun returns the first of n consecutive loopback ports that were
-// free a moment ago: coord keygen numbers the replicas' ports from a base.
-func freeRun(n int) (int, error) {
+// freeRun returns the first of n consecutive ports of host that were free
+// a moment ago: coord keygen numbers the replicas' ports from a base.
+func freeRun(host string, n int) (int, error) {
 	for range 50 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 		if err != nil {
 			return 0, err
 		}
 		base := ln.Addr().(*net.TCPAddr).Port
 		lns := []net.Listener{ln}
 		for i := 1; i < n; i++ {
-			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(base+i)))
+			l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(base+i)))
 			if err != nil {
 				break
 			}
