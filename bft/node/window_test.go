@@ -319,3 +319,48 @@ func TestClientWindowByzantine(t *testing.T) {
 	tc.waitConverged(all(4), 1, 20*time.Second)
 	tc.checkSameState()
 }
+
+// Closing a Client answers every call: those outstanding in its windows,
+// those waiting for room, and those made after Close, each with its
+// result or ErrClosed; none hangs and no goroutine stays.
+func TestClientWindowClose(t *testing.T) {
+	warm(t)
+	leakcheck.Check(t)
+	tc := newTestCluster(t, 4, 2, testCore(), testTick)
+	c := tc.windowClient([]bft.ClientID{0, 1}, 4)
+	invoke(t, c, kv.EncodePut([]byte("a"), []byte("1")))
+	// Without a quorum the calls stay outstanding or wait for room.
+	tc.stop(2)
+	tc.stop(3)
+	const calls = 32
+	errc := make(chan error, calls)
+	for i := range calls {
+		go func() {
+			op := kv.EncodeAdd([]byte("ctr"), 1)
+			if i%4 == 0 {
+				_, err := c.InvokeRead(context.Background(), kv.EncodeGet([]byte("a")))
+				errc <- err
+				return
+			}
+			_, err := c.Invoke(context.Background(), op)
+			errc <- err
+		}()
+	}
+	waitFor(t, 10*time.Second, "windows full", func() bool {
+		return tc.reps[0].Status().Pending+tc.reps[0].Status().Reads >= 4 || tc.reps[1].Status().Pending+tc.reps[1].Status().Reads >= 4
+	})
+	c.Close()
+	for range calls {
+		select {
+		case err := <-errc:
+			if err != nil && !errors.Is(err, ErrClosed) {
+				t.Errorf("Invoke across Close: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("an Invoke did not return after Close")
+		}
+	}
+	if _, err := c.InvokeRead(context.Background(), nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("InvokeRead after Close: %v, want ErrClosed", err)
+	}
+}
