@@ -24,7 +24,8 @@
 //     Config.Persist it first makes Ready.Snapshot, or else
 //     Ready.Persist, durable (written and synced); it sends
 //     Ready.Messages in order only after that, and stops without
-//     sending if it cannot persist. Ready.Committed reports batches
+//     sending if it cannot persist. Ready.Deferred it writes after
+//     Persist, now or with a later Persist, synced or not. Ready.Committed reports batches
 //     already executed through App (synchronously, inside Step or Tick),
 //     in sequence order; after a state transfer it skips the sequence
 //     numbers the restored checkpoint covers. Execution before the
@@ -32,7 +33,8 @@
 //     as the core's, and the replies that make a result visible are
 //     Messages;
 //  4. on restart, with Config.Persist, calls Recover on a fresh replica
-//     with the latest Snapshot and the Persist records since, before
+//     with the latest Snapshot and the Persist (and Deferred) records
+//     since, in the order they were given, before
 //     anything else. Without Config.Persist a replica that restarts
 //     empty recovers by state transfer, which works while at most f
 //     replicas lose their state at once.

@@ -18,6 +18,28 @@ const (
 	// RecCommitted: the slot committed here, in Msg's view with Msg's
 	// digest (its batch is that of the slot's pre-prepare). Msg is
 	// *Commit.
+	//
+	// It goes in Ready.Deferred: the reply need not wait for it to be
+	// durable, and a crash may lose it. The reply is sent once 2f+1
+	// replicas sent commits for the slot, and each persisted the prepared
+	// certificate (pre-prepare and prepares) and its commit before
+	// sending that commit (Ready.Persist). So f+1 correct replicas hold
+	// the certificate on their disks: every view change quorum includes
+	// one, and no other batch can commit at that sequence number, however
+	// many replicas crash. A replica that lost the record recovers the
+	// slot prepared, with its own commit, and commits it again (on the
+	// commits that retransmission or the other replicas' help brings, or
+	// in a later view that carries the certificate). It then executes the
+	// same batches in the same order, and execution is deterministic:
+	// the digest covers the batch and its proposed time, from which the
+	// agreed time follows, and the reply cache is state built by
+	// execution. So its state and replies agree with what clients were
+	// told. Reads stay linearizable: a replica that sent a commit for
+	// the slot answers no read before it executed the slot again
+	// (Recover puts the slot's durable prepared certificate under
+	// readHorizon). What the record buys is
+	// speed: a recovered replica re-executes the slot at once instead of
+	// after the network.
 	RecCommitted
 	// RecViewChange: this replica's view change, which moved it to that
 	// view. Msg is *ViewChange.
@@ -46,9 +68,14 @@ type Snapshot struct {
 	Records []Record
 }
 
-// persist queues rec for the next Ready, when the driver persists.
+// persist queues rec for the next Ready, when the driver persists:
+// RecCommitted in Deferred, the rest in Persist.
 func (r *Replica) persist(k RecordKind, m Message) {
-	if r.cfg.Persist {
+	switch {
+	case !r.cfg.Persist:
+	case k == RecCommitted:
+		r.deferred = append(r.deferred, Record{Kind: k, Msg: m})
+	default:
 		r.durable = append(r.durable, Record{Kind: k, Msg: m})
 	}
 }
@@ -69,19 +96,20 @@ func (r *Replica) persistVotes(e *entry, c *Commit) {
 }
 
 // takeDurable returns what Ready must make durable and clears it: the
-// records since the last Ready, or, when the stable checkpoint moved, a
-// snapshot that replaces them all.
-func (r *Replica) takeDurable() ([]Record, *Snapshot) {
-	recs := r.durable
-	r.durable = nil
+// records since the last Ready, those needed before it sends and the
+// deferred ones, or, when the stable checkpoint moved, a snapshot that
+// replaces them all.
+func (r *Replica) takeDurable() (recs, deferred []Record, snap *Snapshot) {
+	recs, deferred = r.durable, r.deferred
+	r.durable, r.deferred = nil, nil
 	if !r.cfg.Persist || r.low == r.lastStable {
-		return recs, nil
+		return recs, deferred, nil
 	}
 	own := r.ckpts[r.low]
 	if own == nil {
-		return recs, nil
+		return recs, deferred, nil
 	}
-	return nil, &Snapshot{Seq: r.low, Stable: r.lowCert, State: own.state, Records: r.liveRecords()}
+	return nil, nil, &Snapshot{Seq: r.low, Stable: r.lowCert, State: own.state, Records: r.liveRecords()}
 }
 
 // liveRecords lists the records that describe this replica's state above

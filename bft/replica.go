@@ -117,6 +117,7 @@ type Replica struct {
 
 	// Output.
 	durable    []Record // to persist before out is sent (see persist.go)
+	deferred   []Record // to persist, whenever (see persist.go)
 	out        []Envelope
 	committed  []Committed
 	lastStable uint64 // Stable reported in the last Ready
@@ -166,9 +167,16 @@ type Ready struct {
 	// Persist lists what must be durable before Messages are sent: the
 	// view this replica moved to (its view change) or entered (the new
 	// view), the pre-prepares it accepted, with their batches, the votes
-	// it sent and the prepares of the certificates it formed, and the
-	// slots that committed here. Empty without Config.Persist.
+	// it sent and the prepares of the certificates it formed. Empty
+	// without Config.Persist.
 	Persist []Record
+	// Deferred lists the slots that committed here (RecCommitted): to
+	// persist after Persist's records, but they need not be durable
+	// before Messages are sent, nor at all: the driver may keep them and
+	// write them with a later Persist, and a crash may lose them (see
+	// RecCommitted). Empty without Config.Persist, and when Snapshot is
+	// set (it holds them).
+	Deferred []Record
 	// Snapshot, set when the stable checkpoint moved (only with
 	// Config.Persist), replaces everything persisted before: the stable
 	// checkpoint with its certificate, application snapshot and reply
@@ -454,7 +462,7 @@ func (r *Replica) Tick() {
 
 // HasReady reports whether Ready has anything new.
 func (r *Replica) HasReady() bool {
-	return len(r.out) > 0 || len(r.committed) > 0 || r.low != r.lastStable || len(r.durable) > 0
+	return len(r.out) > 0 || len(r.committed) > 0 || r.low != r.lastStable || len(r.durable) > 0 || len(r.deferred) > 0
 }
 
 // Ready returns what accumulated since the last call and clears it. The
@@ -463,7 +471,7 @@ func (r *Replica) HasReady() bool {
 // e.g. to answer clients waiting on a local replica.
 func (r *Replica) Ready() Ready {
 	rd := Ready{Messages: r.out, Committed: r.committed, Stable: r.low}
-	rd.Persist, rd.Snapshot = r.takeDurable()
+	rd.Persist, rd.Deferred, rd.Snapshot = r.takeDurable()
 	r.out, r.committed = nil, nil
 	r.lastStable = r.low
 	return rd

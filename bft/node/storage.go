@@ -12,8 +12,11 @@ import (
 )
 
 // storage keeps a replica's durable records in a wal.Log: one frame, one
-// fsync, per Ready (group commit), and a snapshot at every stable
-// checkpoint, which truncates the log behind it.
+// sync, per Ready with Persist records (group commit), and a snapshot at
+// every stable checkpoint, which truncates the log behind it. A Ready's
+// Deferred records (the slots that committed) wait for the next frame,
+// so a Ready with nothing else, the one that sends replies, waits for no
+// sync; a crash may lose them, which bft.RecCommitted says is safe.
 //
 // A record is its kind byte followed by its message's wire encoding. A
 // snapshot is the length-prefixed wire encoding of its State followed by
@@ -23,6 +26,8 @@ type storage struct {
 	lim  wire.Limits
 	recs [][]byte
 	buf  []byte
+	// deferred holds the Deferred records not yet written, in order.
+	deferred []bft.Record
 }
 
 // storageLimits bounds decoding our own records: generous, since they
@@ -59,20 +64,34 @@ func openStorage(dir string, n int) (*storage, *bft.Snapshot, []bft.Record, *wal
 	return s, snap, recs, rec, nil
 }
 
-// save makes rd's records durable: its snapshot, or its Persist records.
+// save makes rd's records durable: its snapshot (which holds every
+// deferred record), or its Persist records, with the deferred records
+// before them and its own Deferred after them in the same frame. A Ready
+// with Deferred records alone writes nothing yet.
 func (s *storage) save(rd *bft.Ready) error {
 	if rd.Snapshot != nil {
+		s.deferred = s.deferred[:0]
 		return s.log.Snapshot(s.encodeSnapshot(rd.Snapshot))
 	}
 	if len(rd.Persist) == 0 {
+		s.deferred = append(s.deferred, rd.Deferred...)
 		return nil
 	}
+	return s.write(rd.Persist, rd.Deferred)
+}
+
+// write appends the deferred records, recs and then more as one frame.
+func (s *storage) write(recs, more []bft.Record) error {
 	s.buf = s.buf[:0]
-	ends := make([]int, 0, len(rd.Persist))
-	for _, r := range rd.Persist {
-		s.buf = appendRecord(s.buf, r)
-		ends = append(ends, len(s.buf))
+	ends := make([]int, 0, len(s.deferred)+len(recs)+len(more))
+	for _, list := range [][]bft.Record{s.deferred, recs, more} {
+		for _, r := range list {
+			s.buf = appendRecord(s.buf, r)
+			ends = append(ends, len(s.buf))
+		}
 	}
+	clear(s.deferred)
+	s.deferred = s.deferred[:0]
 	s.recs = s.recs[:0]
 	start := 0
 	for _, end := range ends {
@@ -84,7 +103,18 @@ func (s *storage) save(rd *bft.Ready) error {
 	return err
 }
 
-func (s *storage) close() error { return s.log.Close() }
+// close writes the deferred records, so a replica stopped in order
+// recovers every slot it committed, and closes the log.
+func (s *storage) close() error {
+	var err error
+	if len(s.deferred) > 0 {
+		err = s.write(nil, nil)
+	}
+	if cerr := s.log.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
 
 func appendRecord(b []byte, r bft.Record) []byte {
 	b = append(b, byte(r.Kind))

@@ -10,7 +10,8 @@ type Disk struct {
 }
 
 // store persists a Ready's records to replica i's disk, before its
-// messages go out.
+// messages go out; the deferred ones too (LoseCommitted drops them at
+// Recover).
 func (n *Net) store(i int, rd *bft.Ready) {
 	if n.Disks == nil {
 		n.Disks = make([]Disk, n.N)
@@ -20,6 +21,7 @@ func (n *Net) store(i int, rd *bft.Ready) {
 		d.Snapshot, d.Records = rd.Snapshot, nil
 	}
 	d.Records = append(d.Records, rd.Persist...)
+	d.Records = append(d.Records, rd.Deferred...)
 }
 
 // Recover replaces replica i by a fresh one that recovers from its disk,
@@ -35,6 +37,18 @@ func (n *Net) Recover(i int) error {
 	d := n.Disks[i]
 	if n.Check != nil && n.Now > 0 {
 		n.Note("replica %d recovers from its disk", i)
+	}
+	if n.LoseCommitted {
+		// The crash lost every deferred record since the snapshot: the
+		// most a driver that never syncs them could lose.
+		var kept []bft.Record
+		for _, r := range d.Records {
+			if r.Kind != bft.RecCommitted {
+				kept = append(kept, r)
+			}
+		}
+		d.Records = kept
+		n.Disks[i] = d
 	}
 	return n.Replicas[i].Recover(d.Snapshot, d.Records)
 }

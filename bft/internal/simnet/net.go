@@ -86,8 +86,11 @@ type Net struct {
 	// Disks holds what each replica persisted (Config.Persist), for
 	// Recover.
 	Disks []Disk
-	Now   uint64
-	Rand  *rand.Rand
+	// LoseCommitted makes Recover drop the RecCommitted records (Ready's
+	// Deferred) of the disk, as a crash may.
+	LoseCommitted bool
+	Now           uint64
+	Rand          *rand.Rand
 
 	// Faults.
 	DropRate float64 // probability a packet is lost
