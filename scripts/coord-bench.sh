@@ -1,35 +1,75 @@
 #!/usr/bin/env bash
 # Measures the coordination service (cmd/coord: four replicas and a
-# gateway over TCP) against Apache ZooKeeper, a three-server ensemble and a
-# standalone server from the Debian package zookeeper, with
-# benchmarks/coordbench, on this machine's loopback:
+# gateway) with benchmarks/coordbench: first over TCP against Apache
+# ZooKeeper, a three-server ensemble and a standalone server from the
+# Debian package zookeeper, on this machine's loopback; then coord over
+# RDMA and TCP side by side in one boot of the Soft-RoCE virtual machine
+# (scripts/rdmavm.sh), so it needs no RDMA hardware:
 #
-#   scripts/coord-bench.sh [-quick] [-write] [-- coordbench flags]
+#   scripts/coord-bench.sh [-quick] [-write] [-wait] [-- coordbench flags]
 #
-# With -write it writes the report and plot into docs/ (the names are
-# below). -quick is the small run for CI. Flags after -- go to coordbench,
-# for instance -- -rounds 5 -duration 20s.
+# With -write it writes the reports and plot into docs/ (the names are
+# below). -quick is the small run for CI. -wait first waits, for up to ten
+# minutes, until no other virtual machine runs on the host. Flags after --
+# go to both coordbench runs, for instance -- -rounds 5 -duration 20s.
+#
+# Settings (environment), besides scripts/rdmavm.sh's RDMAVM_*, with these
+# defaults: RDMAVM_MEM=2048, RDMAVM_CMD_TIMEOUT=1500, RDMAVM_TIMEOUT=1600.
 set -euo pipefail
 
-# Where -write puts the report and plot, from the repository root.
+# Where -write puts the reports and plots, from the repository root.
 md=docs/benchmarks-coord.md
 svg=docs/coord-throughput.svg
+vm_md=docs/benchmarks-coord-vm.md
+vm_svg=docs/coord-throughput-vm.svg
 
 usage() {
-	echo "usage: $0 [-quick] [-write] [-- coordbench flags]" >&2
+	echo "usage: $0 [-quick] [-write] [-wait] [-- coordbench flags]" >&2
 	exit 2
 }
 
 # shellcheck source=scripts/lib.sh
 source "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
 
+# in_vm runs in the guest: coordbench, built in $1, with coord over tcp
+# and rdma on the RDMA device's address, and the flags that follow; it
+# prints the files it wrote into its out directory between markers (see
+# lib.sh).
+#
+# No ZooKeeper: JVMs under emulation would say nothing about ZooKeeper, so
+# coord over RDMA compares with coord over TCP. Emulation makes every
+# operation many times slower, so each point runs for less time than on
+# the host, and with at most 16 clients: those already saturate the
+# emulated replicas (tens of operations a second), and with 64 opening
+# their sessions at once some fail there ("zk: could not connect to a
+# server"). Pinning four replicas and a gateway to one emulated CPU starves
+# them (a sleeping emulated CPU takes about a millisecond to wake): the
+# guest leaves placement to its scheduler.
+in_vm() {
+	local work=$1 out=/tmp/coord-bench-out
+	shift
+	mkdir -p "$out"
+	"$work/coordbench" -coord "$work/coord" -systems coord,coord-rdma -host "$RDMAVM_RXE_IP" -pin=false \
+		-clients 1,16 -warmup 2s -duration 5s "$@"
+	vm_print_files "$out"
+}
+
+if [[ ${1:-} == --in-vm ]]; then
+	[[ $# -ge 2 && ${RDMAVM:-} == 1 ]] || { echo "$0 --in-vm is for scripts/rdmavm.sh's guest" >&2; exit 2; }
+	shift
+	in_vm "$@"
+	exit
+fi
+
 quick=""
 write=""
+wait=""
 extra=()
 while [[ $# -gt 0 ]]; do
 	case $1 in
 	-quick | --quick) quick=-quick ;;
 	-write | --write) write=-write ;;
+	-wait | --wait) wait=-wait ;;
 	--)
 		shift
 		extra=("$@")
@@ -40,7 +80,11 @@ while [[ $# -gt 0 ]]; do
 	shift
 done
 
-setup build tools
+setup
+
+export RDMAVM_MEM=${RDMAVM_MEM:-2048}
+export RDMAVM_CMD_TIMEOUT=${RDMAVM_CMD_TIMEOUT:-1500}
+export RDMAVM_TIMEOUT=${RDMAVM_TIMEOUT:-1600}
 
 work=$(mktemp -d /tmp/rubin-coord-bench.XXXXXX)
 trap 'rm -rf "$work"' EXIT
@@ -52,10 +96,36 @@ go build -o "$work/coordbench" ./benchmarks/coordbench || die "cannot build ./be
 generated="scripts/coord-bench.sh${quick:+ $quick} -write"
 [[ ${#extra[@]} -eq 0 ]] || generated+=" -- ${extra[*]}"
 args=(${quick:+"$quick"})
+vm_args=(${quick:+"$quick"})
 if [[ -n $write ]]; then
 	args+=(-md "$md" -svg "$svg" -generated-by "$generated")
+	vm_args+=(-md /tmp/coord-bench-out/"${vm_md##*/}" -svg /tmp/coord-bench-out/"${vm_svg##*/}" -generated-by "$generated")
 fi
 args+=("${extra[@]}")
+vm_args+=("${extra[@]}")
+
+[[ -z $wait ]] || wait_for_other_vms
 
 section "coordbench on this machine: coord, a ZooKeeper ensemble and a standalone ZooKeeper over loopback${quick:+ (quick)}"
-"$work/coordbench" -coord "$work/coord" "${args[@]}" || die "coordbench failed"
+"$work/coordbench" -coord "$work/coord" "${args[@]}" || die "coordbench failed on the host"
+
+section "coordbench in a Soft-RoCE VM: coord over rdma and tcp${quick:+ (quick)}"
+set +e
+bash scripts/rdmavm.sh "bash $(printf '%q' "$repo_root/scripts/coord-bench.sh") --in-vm $(printf '%q ' "$work" "${vm_args[@]}")" |
+	tee "$work/vm.out" | vm_hide_files
+rc=${PIPESTATUS[0]}
+set -e
+case $rc in
+0) ;;
+124) die "coordbench did not finish within RDMAVM_CMD_TIMEOUT=${RDMAVM_CMD_TIMEOUT}s" ;;
+125) die "the Soft-RoCE VM failed (see above): coordbench did not run, or did not finish" ;;
+*) die "coordbench failed in the VM (exit status $rc)" ;;
+esac
+
+[[ -n $write ]] || exit 0
+section "write the VM's report"
+for path in "$vm_md" "$vm_svg"; do
+	vm_extract_file "$work/vm.out" "${path##*/}" >"$path" || die "cannot decode ${path##*/} from the guest's output"
+	[[ -s $path ]] || die "the guest printed no ${path##*/}"
+	echo "wrote $path"
+done

@@ -14,8 +14,9 @@
 # (scripts/rdma-test.sh; no RDMA hardware needed), a short fuzz pass over
 # every Fuzz target, and quick passes of the benchmark runners: echo, RDMA
 # (scripts/rdma-bench.sh, in another VM), BFT (scripts/bft-bench.sh, on
-# the host and in a third VM) and the coordination service against Apache
-# ZooKeeper (scripts/coord-bench.sh, on the host), so that none rots.
+# the host and in a third VM) and the coordination service
+# (scripts/coord-bench.sh, against Apache ZooKeeper on the host, over RDMA
+# and TCP in a fourth VM), so that none rots.
 # Every check runs even if an earlier one fails; the exit status is
 # nonzero if any failed.
 set -euo pipefail
