@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"slices"
 	"time"
@@ -14,7 +13,6 @@ import (
 	"github.com/rubin-go/rubin/bft/link"
 	"github.com/rubin-go/rubin/bft/wire"
 	"github.com/rubin-go/rubin/bufpool"
-	"github.com/rubin-go/rubin/channel"
 	"github.com/rubin-go/rubin/internal/anytransport"
 	"github.com/rubin-go/rubin/selectionkey"
 	"github.com/rubin-go/rubin/selector"
@@ -178,30 +176,9 @@ func (c *Client) shutdown() {
 // dial starts d's connection.
 func (c *Client) dial(d *dialer) {
 	ev := c.ev
-	conn, err := ev.tr.Connect(c.ctx, d.addr)
-	if err != nil {
-		c.log.Debug("dial failed", "peer", d.peer, "addr", d.addr, "err", err)
-		d.next = time.Now().Add(d.bo.next())
-		return
+	if pl := d.dial(c.ctx, ev.tr, ev.sel, link.ClientPeer(uint64(c.cfg.ID)), c.cfg.Link, c.log); pl != nil {
+		ev.shaking = append(ev.shaking, pl)
 	}
-	ch, err := link.DialChan(conn, link.ClientPeer(uint64(c.cfg.ID)), d.peer, d.key, c.cfg.Link)
-	if err != nil {
-		conn.Close()
-		c.log.Error("cannot dial", "peer", d.peer, "err", err)
-		d.next = time.Now().Add(d.bo.next())
-		return
-	}
-	pl := &peerLink{ch: ch, dialer: d, started: time.Now()}
-	// Registered while the connect is pending, so that over RDMA the
-	// connection uses the selector's completion queue.
-	if pl.key, err = ev.sel.Register(conn, selectionkey.OpConnect, pl); err != nil {
-		conn.Close()
-		c.log.Debug("dial failed", "peer", d.peer, "addr", d.addr, "err", err)
-		d.next = time.Now().Add(d.bo.next())
-		return
-	}
-	d.cur = pl
-	ev.shaking = append(ev.shaking, pl)
 }
 
 // serve handles what the selector reported for pl.
@@ -292,30 +269,16 @@ func (c *Client) read(pl *peerLink) {
 	ev := c.ev
 	debug := c.log.Enabled(context.Background(), slog.LevelDebug)
 	from := bft.ReplicaID(pl.peer.ID)
-	n, size := 0, 0
+	var tu turn
 	for {
-		if n == maxBurst || size >= maxBurstBytes || ev.budget.spent() {
-			if !pl.later {
-				pl.later = true
-				ev.revisit = append(ev.revisit, pl)
-			}
-			return
-		}
-		p, err := pl.ch.Next()
-		if errors.Is(err, channel.ErrWouldBlock) {
-			return
-		}
+		p, ok, err := tu.next(pl, &ev.budget, &ev.revisit)
 		if err != nil {
-			if err == io.EOF {
-				err = errors.New("closed by the peer")
-			}
 			c.fail(pl, err)
 			return
 		}
-		n++
-		size += len(p)
-		ev.budget.msgs--
-		ev.budget.bytes -= len(p)
+		if !ok {
+			return
+		}
 		m, err := wire.DecodeLimits(bytes.Clone(p), c.limits)
 		if err != nil {
 			c.m.dropped.inc(reasonDecode)

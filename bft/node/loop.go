@@ -93,6 +93,38 @@ const (
 	maxBurstBytes = 1 << 20
 )
 
+// A turn counts what a loop read from one link since it came to it.
+type turn struct{ n, size int }
+
+// next returns pl's next received frame's payload, and false if pl has
+// none now, or had its turn (maxBurst frames or maxBurstBytes), or the
+// pass's budget b is spent; in those last cases pl waits in revisit for
+// the next pass. An error is final for pl.
+func (tu *turn) next(pl *peerLink, b *passBudget, revisit *[]*peerLink) ([]byte, bool, error) {
+	if tu.n == maxBurst || tu.size >= maxBurstBytes || b.spent() {
+		if !pl.later {
+			pl.later = true
+			*revisit = append(*revisit, pl)
+		}
+		return nil, false, nil
+	}
+	p, err := pl.ch.Next()
+	if errors.Is(err, channel.ErrWouldBlock) {
+		return nil, false, nil
+	}
+	if err != nil {
+		if err == io.EOF {
+			err = errors.New("closed by the peer")
+		}
+		return nil, false, err
+	}
+	tu.n++
+	tu.size += len(p)
+	b.msgs--
+	b.bytes -= len(p)
+	return p, true, nil
+}
+
 // backoff is a capped exponential backoff with jitter.
 type backoff struct {
 	min, max, cur time.Duration
@@ -214,30 +246,39 @@ func (r *Replica) self() link.Peer { return link.Replica(uint64(r.cfg.ID)) }
 
 // dial starts d's connection.
 func (r *Replica) dial(ctx context.Context, ev *eventLoop, d *dialer) {
-	conn, err := ev.tr.Connect(ctx, d.addr)
-	if err != nil {
-		r.log.Debug("dial failed", "peer", d.peer, "addr", d.addr, "err", err)
-		d.next = time.Now().Add(d.bo.next())
-		return
+	if pl := d.dial(ctx, ev.tr, ev.sel, r.self(), r.cfg.Link, r.log); pl != nil {
+		ev.shaking = append(ev.shaking, pl)
 	}
-	ch, err := link.DialChan(conn, r.self(), d.peer, d.key, r.cfg.Link)
+}
+
+// dial connects to d's peer as self and registers the link, whose
+// handshake then runs, with sel; after a failure it returns nil and d
+// waits its backoff.
+func (d *dialer) dial(ctx context.Context, tr anytransport.Transport, sel *selector.Selector, self link.Peer, opts link.Options, log *slog.Logger) *peerLink {
+	conn, err := tr.Connect(ctx, d.addr)
+	if err != nil {
+		log.Debug("dial failed", "peer", d.peer, "addr", d.addr, "err", err)
+		d.next = time.Now().Add(d.bo.next())
+		return nil
+	}
+	ch, err := link.DialChan(conn, self, d.peer, d.key, opts)
 	if err != nil {
 		conn.Close()
-		r.log.Error("cannot dial", "peer", d.peer, "err", err)
+		log.Error("cannot dial", "peer", d.peer, "err", err)
 		d.next = time.Now().Add(d.bo.next())
-		return
+		return nil
 	}
 	pl := &peerLink{ch: ch, dialer: d, started: time.Now()}
 	// Registered while the connect is pending, so that over RDMA the
 	// connection uses the selector's completion queue.
-	if pl.key, err = ev.sel.Register(conn, selectionkey.OpConnect, pl); err != nil {
+	if pl.key, err = sel.Register(conn, selectionkey.OpConnect, pl); err != nil {
 		conn.Close()
-		r.log.Debug("dial failed", "peer", d.peer, "addr", d.addr, "err", err)
+		log.Debug("dial failed", "peer", d.peer, "addr", d.addr, "err", err)
 		d.next = time.Now().Add(d.bo.next())
-		return
+		return nil
 	}
 	d.cur = pl
-	ev.shaking = append(ev.shaking, pl)
+	return pl
 }
 
 // serve handles what the selector reported for pl.
@@ -360,30 +401,16 @@ func (r *Replica) closeLink(pl *peerLink) {
 // one.
 func (r *Replica) read(ev *eventLoop, pl *peerLink) {
 	debug := r.log.Enabled(context.Background(), slog.LevelDebug)
-	n, size := 0, 0
+	var tu turn
 	for {
-		if n == maxBurst || size >= maxBurstBytes || ev.budget.spent() {
-			if !pl.later {
-				pl.later = true
-				ev.revisit = append(ev.revisit, pl)
-			}
-			return
-		}
-		p, err := pl.ch.Next()
-		if errors.Is(err, channel.ErrWouldBlock) {
-			return
-		}
+		p, ok, err := tu.next(pl, &ev.budget, &ev.revisit)
 		if err != nil {
-			if err == io.EOF {
-				err = errors.New("closed by the peer")
-			}
 			r.fail(pl, err)
 			return
 		}
-		n++
-		size += len(p)
-		ev.budget.msgs--
-		ev.budget.bytes -= len(p)
+		if !ok {
+			return
+		}
 		m, err := wire.DecodeLimits(bytes.Clone(p), r.limits)
 		if err != nil {
 			r.m.dropped.inc(reasonDecode)
