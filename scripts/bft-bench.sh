@@ -103,22 +103,8 @@ section "bftbench on this machine: tcp over loopback"
 "$work/bftbench" -bft "$work/bft" "${host_args[@]}" || die "bftbench failed on the host"
 
 section "bftbench in a Soft-RoCE VM: rdma and tcp${quick:+ (quick)}"
-set +e
-bash scripts/rdmavm.sh "bash $(printf '%q' "$repo_root/scripts/bft-bench.sh") --in-vm $(printf '%q ' "$work" "${vm_args[@]}")" |
-	tee "$work/vm.out" | vm_hide_files
-rc=${PIPESTATUS[0]}
-set -e
-case $rc in
-0) ;;
-124) die "bftbench did not finish within RDMAVM_CMD_TIMEOUT=${RDMAVM_CMD_TIMEOUT}s" ;;
-125) die "the Soft-RoCE VM failed (see above): bftbench did not run, or did not finish" ;;
-*) die "bftbench failed in the VM (exit status $rc)" ;;
-esac
+vm_bench bftbench "$repo_root/scripts/bft-bench.sh" "$work" "${vm_args[@]}"
 
 [[ -n $write ]] || exit 0
 section "write the VM's report"
-for path in "$vm_md" "$vm_svg"; do
-	vm_extract_file "$work/vm.out" "${path##*/}" >"$path" || die "cannot decode ${path##*/} from the guest's output"
-	[[ -s $path ]] || die "the guest printed no ${path##*/}"
-	echo "wrote $path"
-done
+vm_write_files "$work" "$vm_md" "$vm_svg"

@@ -110,22 +110,8 @@ section "coordbench on this machine: coord, a ZooKeeper ensemble and a standalon
 "$work/coordbench" -coord "$work/coord" "${args[@]}" || die "coordbench failed on the host"
 
 section "coordbench in a Soft-RoCE VM: coord over rdma and tcp${quick:+ (quick)}"
-set +e
-bash scripts/rdmavm.sh "bash $(printf '%q' "$repo_root/scripts/coord-bench.sh") --in-vm $(printf '%q ' "$work" "${vm_args[@]}")" |
-	tee "$work/vm.out" | vm_hide_files
-rc=${PIPESTATUS[0]}
-set -e
-case $rc in
-0) ;;
-124) die "coordbench did not finish within RDMAVM_CMD_TIMEOUT=${RDMAVM_CMD_TIMEOUT}s" ;;
-125) die "the Soft-RoCE VM failed (see above): coordbench did not run, or did not finish" ;;
-*) die "coordbench failed in the VM (exit status $rc)" ;;
-esac
+vm_bench coordbench "$repo_root/scripts/coord-bench.sh" "$work" "${vm_args[@]}"
 
 [[ -n $write ]] || exit 0
 section "write the VM's report"
-for path in "$vm_md" "$vm_svg"; do
-	vm_extract_file "$work/vm.out" "${path##*/}" >"$path" || die "cannot decode ${path##*/} from the guest's output"
-	[[ -s $path ]] || die "the guest printed no ${path##*/}"
-	echo "wrote $path"
-done
+vm_write_files "$work" "$vm_md" "$vm_svg"

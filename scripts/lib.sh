@@ -247,6 +247,38 @@ vm_extract_file() {
 		tr -d '\r' | base64 -d
 }
 
+# vm_bench runs "script --in-vm args..." ($2 and what follows $3) in a
+# Soft-RoCE VM (scripts/rdmavm.sh): the guest's output goes to the terminal
+# without the files' lines, and whole to $3/vm.out for vm_write_files. It
+# dies, naming the benchmark $1, unless the command succeeded.
+vm_bench() {
+	local name=$1 script=$2 work=$3 rc
+	shift 3
+	set +e
+	bash "$repo_root/scripts/rdmavm.sh" "bash $(printf '%q' "$script") --in-vm $(printf '%q ' "$work" "$@")" |
+		tee "$work/vm.out" | vm_hide_files
+	rc=${PIPESTATUS[0]}
+	set -e
+	case $rc in
+	0) ;;
+	124) die "$name did not finish within RDMAVM_CMD_TIMEOUT=${RDMAVM_CMD_TIMEOUT:-600}s" ;;
+	125) die "the Soft-RoCE VM failed (see above): $name did not run, or did not finish" ;;
+	*) die "$name failed in the VM (exit status $rc)" ;;
+	esac
+}
+
+# vm_write_files writes each of the paths after $1 from the guest's files
+# that vm_bench saved in $1/vm.out, by base name.
+vm_write_files() {
+	local work=$1 path
+	shift
+	for path in "$@"; do
+		vm_extract_file "$work/vm.out" "${path##*/}" >"$path" || die "cannot decode ${path##*/} from the guest's output"
+		[[ -s $path ]] || die "the guest printed no ${path##*/}"
+		echo "wrote $path"
+	done
+}
+
 # other_vms prints how many qemu processes run on this host that this
 # script did not start.
 other_vms() {
