@@ -175,7 +175,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				for _, t := range cfg.transports {
 					s, err := res.clusters[t].bench(ctx, launcher, cfg, clients, size)
 					res.add(t, size, clients, s, err)
-					status := fmt.Sprintf("%.0f ops/s, p50 %.0f us", s.rate, s.p50)
+					status := fmt.Sprintf("%.0f ops/s, p50 %.0f us", s.Rate, s.P50)
 					if err != nil {
 						status = "error: " + err.Error()
 					}
@@ -193,7 +193,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := benchkit.WriteReport(stdout, cfg.quick, dir, cfg.md, cfg.svg, res.writeMarkdown, res.plot().WriteSVG); err != nil {
 		return err
 	}
-	if n := res.failures(); n > 0 {
+	if n := res.Failures(); n > 0 {
 		return fmt.Errorf("%d bench run%s failed", n, benchkit.Plural(n))
 	}
 	return nil
@@ -269,11 +269,7 @@ func (c *cluster) stop() {
 }
 
 // A sample is what one bench run reported.
-type sample struct {
-	rate     float64 // operations per second
-	p50, p99 float64 // microseconds
-	line     string
-}
+type sample = benchkit.OpsSample
 
 // bench runs bft bench against c on the client CPU.
 func (c *cluster) bench(ctx context.Context, l *benchkit.Launcher, cfg config, clients, size int) (sample, error) {
@@ -289,37 +285,7 @@ func (c *cluster) bench(ctx context.Context, l *benchkit.Launcher, cfg config, c
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return sample{}, fmt.Errorf("bft bench: %w: %s", err, lastLine(stderr.String()))
+		return sample{}, fmt.Errorf("bft bench: %w: %s", err, benchkit.LastLine(stderr.String()))
 	}
-	return parseSummary(lastLine(stdout.String()))
-}
-
-// parseSummary parses bft bench's summary line.
-func parseSummary(line string) (sample, error) {
-	s := sample{line: line}
-	fields := make(map[string]string)
-	for _, f := range strings.Fields(line) {
-		if k, v, ok := strings.Cut(f, "="); ok {
-			fields[k] = v
-		}
-	}
-	for _, f := range []struct {
-		key string
-		dst *float64
-	}{{"ops_per_s", &s.rate}, {"p50_us", &s.p50}, {"p99_us", &s.p99}} {
-		v, err := strconv.ParseFloat(fields[f.key], 64)
-		if err != nil {
-			return sample{}, fmt.Errorf("summary line %q: %s: %w", line, f.key, err)
-		}
-		*f.dst = v
-	}
-	return s, nil
-}
-
-func lastLine(s string) string {
-	s = strings.TrimSpace(s)
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		return s[i+1:]
-	}
-	return s
+	return benchkit.ParseOps(benchkit.LastLine(stdout.String()))
 }

@@ -23,53 +23,19 @@ type key struct {
 
 // results holds every run, by configuration.
 type results struct {
-	cfg       config
-	clusters  map[string]*cluster
-	runs      map[key][]sample
-	errs      map[key][]error
+	cfg      config
+	clusters map[string]*cluster
+	benchkit.Runs[key]
 	duration  time.Duration
 	placement string
 }
 
 func newResults(cfg config) *results {
-	return &results{cfg: cfg, clusters: make(map[string]*cluster), runs: make(map[key][]sample), errs: make(map[key][]error)}
+	return &results{cfg: cfg, clusters: make(map[string]*cluster), Runs: benchkit.NewRuns[key]()}
 }
 
 func (r *results) add(t string, size, clients int, s sample, err error) {
-	k := key{t, size, clients}
-	if err != nil {
-		r.errs[k] = append(r.errs[k], err)
-		return
-	}
-	r.runs[k] = append(r.runs[k], s)
-}
-
-func (r *results) failures() int {
-	n := 0
-	for _, errs := range r.errs {
-		n += len(errs)
-	}
-	return n
-}
-
-// medians returns the medians of k's runs, and whether it has any.
-func (r *results) medians(k key) (s sample, ok bool) {
-	runs := r.runs[k]
-	if len(runs) == 0 {
-		return sample{}, false
-	}
-	pick := func(f func(sample) float64) float64 {
-		xs := make([]float64, len(runs))
-		for i, s := range runs {
-			xs[i] = f(s)
-		}
-		return benchkit.Median(xs)
-	}
-	return sample{
-		rate: pick(func(s sample) float64 { return s.rate }),
-		p50:  pick(func(s sample) float64 { return s.p50 }),
-		p99:  pick(func(s sample) float64 { return s.p99 }),
-	}, true
+	r.Add(key{t, size, clients}, s, err)
 }
 
 // table returns the results as a table: medians, and for rdma the ratio
@@ -85,19 +51,19 @@ func (r *results) table() *benchkit.Table {
 			for _, tr := range r.cfg.transports {
 				k := key{tr, size, clients}
 				cells := []string{tr, benchkit.FormatSize(size), fmt.Sprint(clients)}
-				s, ok := r.medians(k)
+				s, ok := r.Medians(k)
 				if !ok {
-					t.AddError(fmt.Sprint(r.errs[k][0]), cells...)
+					t.AddError(fmt.Sprint(r.Errs[k][0]), cells...)
 					continue
 				}
 				vsRate, vsP50 := "base", "base"
 				if tr != "tcp" {
 					vsRate, vsP50 = "-", "-"
-					if base, ok := r.medians(key{"tcp", size, clients}); ok {
-						vsRate, vsP50 = benchkit.Ratio(s.rate, base.rate), benchkit.Ratio(s.p50, base.p50)
+					if base, ok := r.Medians(key{"tcp", size, clients}); ok {
+						vsRate, vsP50 = benchkit.Ratio(s.Rate, base.Rate), benchkit.Ratio(s.P50, base.P50)
 					}
 				}
-				t.Add(append(cells, fmt.Sprintf("%.0f", s.rate), fmt.Sprintf("%.0f", s.p50), fmt.Sprintf("%.0f", s.p99), vsRate, vsP50)...)
+				t.Add(append(cells, fmt.Sprintf("%.0f", s.Rate), fmt.Sprintf("%.0f", s.P50), fmt.Sprintf("%.0f", s.P99), vsRate, vsP50)...)
 			}
 		}
 	}
@@ -120,17 +86,17 @@ func (r *results) verdicts() []string {
 	var out []string
 	best, bestClients := 0.0, 0
 	for _, c := range r.cfg.clients {
-		if s, ok := r.medians(key{"tcp", 0, c}); ok && s.rate > best {
-			best, bestClients = s.rate, c
+		if s, ok := r.Medians(key{"tcp", 0, c}); ok && s.Rate > best {
+			best, bestClients = s.Rate, c
 		}
 	}
 	if bestClients > 0 {
 		out = append(out, fmt.Sprintf("target: >= %d ops/s over tcp, 0 B: %.0f ops/s with %d clients (%.2fx): %s",
 			targetOpsPerSecond, best, bestClients, best/targetOpsPerSecond, verdict(best >= targetOpsPerSecond)))
 	}
-	if s, ok := r.medians(key{"tcp", 0, 1}); ok {
+	if s, ok := r.Medians(key{"tcp", 0, 1}); ok {
 		out = append(out, fmt.Sprintf("target: p50 < %d us over tcp, 0 B, one client: %.0f us: %s",
-			targetP50US, s.p50, verdict(s.p50 < targetP50US)))
+			targetP50US, s.P50, verdict(s.P50 < targetP50US)))
 	}
 	return out
 }
@@ -168,10 +134,10 @@ func (r *results) writeMarkdown(w io.Writer) error {
 		for _, clients := range r.cfg.clients {
 			for _, tr := range r.cfg.transports {
 				k := key{tr, size, clients}
-				for _, s := range r.runs[k] {
-					fmt.Fprintln(w, s.line)
+				for _, s := range r.Samples[k] {
+					fmt.Fprintln(w, s.Line)
 				}
-				for _, err := range r.errs[k] {
+				for _, err := range r.Errs[k] {
 					fmt.Fprintf(w, "transport=%s size=%d clients=%d error: %v\n", tr, size, clients, err)
 				}
 			}
@@ -198,12 +164,12 @@ func (r *results) plot() *benchkit.Plot {
 		for _, size := range r.cfg.sizes {
 			s := benchkit.Series{Name: fmt.Sprintf("%s, %s", tr, benchkit.FormatSize(size)), Baseline: tr == "tcp" && len(r.cfg.transports) > 1}
 			for _, c := range r.cfg.clients {
-				m, ok := r.medians(key{tr, size, c})
+				m, ok := r.Medians(key{tr, size, c})
 				if !ok {
 					s.Failed = true
 					continue
 				}
-				s.Xs, s.Ys = append(s.Xs, float64(c)), append(s.Ys, m.rate)
+				s.Xs, s.Ys = append(s.Xs, float64(c)), append(s.Ys, m.Rate)
 			}
 			p.Series = append(p.Series, s)
 		}

@@ -17,16 +17,16 @@ import (
 
 func TestParseSummary(t *testing.T) {
 	line := "system=coord clients=16 size=64 seconds=2.00 ops=4000 ops_per_s=2000 p50_us=6904 p99_us=20021"
-	s, err := parseSummary(line)
+	s, err := benchkit.ParseOps(line)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.rate != 2000 || s.p50 != 6904 || s.p99 != 20021 || s.line != line {
+	if s.Rate != 2000 || s.P50 != 6904 || s.P99 != 20021 || s.Line != line {
 		t.Errorf("parseSummary = %+v", s)
 	}
 	for _, bad := range []string{"", "system=coord ops_per_s=1 p50_us=2", strings.Replace(line, "p99_us=20021", "p99_us=x", 1)} {
-		if _, err := parseSummary(bad); err == nil {
-			t.Errorf("parseSummary(%q) succeeded", bad)
+		if _, err := benchkit.ParseOps(bad); err == nil {
+			t.Errorf("benchkit.ParseOps(%q) succeeded", bad)
 		}
 	}
 }
@@ -35,13 +35,13 @@ func TestParseSummary(t *testing.T) {
 // same client count, and only where both were measured.
 func TestVerdicts(t *testing.T) {
 	r := newResults(config{systems: []string{ensemble, ours}, clients: []int{1, 16, 64}})
-	r.add(ensemble, 1, sample{rate: 1000, p50: 1000}, nil)
-	r.add(ours, 1, sample{rate: 900, p50: 1400}, nil)
-	r.add(ours, 1, sample{rate: 900, p50: 1600}, nil)
-	r.add(ours, 1, sample{rate: 900, p50: 1450}, nil)
-	r.add(ensemble, 16, sample{rate: 5000}, nil)
-	r.add(ours, 16, sample{rate: 4999}, nil)
-	r.add(ensemble, 64, sample{rate: 5000}, nil)
+	r.add(ensemble, 1, sample{Rate: 1000, P50: 1000}, nil)
+	r.add(ours, 1, sample{Rate: 900, P50: 1400}, nil)
+	r.add(ours, 1, sample{Rate: 900, P50: 1600}, nil)
+	r.add(ours, 1, sample{Rate: 900, P50: 1450}, nil)
+	r.add(ensemble, 16, sample{Rate: 5000}, nil)
+	r.add(ours, 16, sample{Rate: 4999}, nil)
+	r.add(ensemble, 64, sample{Rate: 5000}, nil)
 	r.add(ours, 64, sample{}, errors.New("it broke"))
 	got := strings.Join(r.verdicts(), "\n")
 	for _, want := range []string{
@@ -55,8 +55,8 @@ func TestVerdicts(t *testing.T) {
 	if strings.Contains(got, "64 clients") {
 		t.Errorf("a goal judged without coord's figure at 64 clients:\n%s", got)
 	}
-	if r.failures() != 1 {
-		t.Errorf("failures = %d, want 1", r.failures())
+	if r.Failures() != 1 {
+		t.Errorf("failures = %d, want 1", r.Failures())
 	}
 	var b strings.Builder
 	r.table().WriteText(&b)
@@ -90,7 +90,7 @@ func TestLoadAgainstZooKeeper(t *testing.T) {
 		t.Errorf("result: %d ops, %d latencies, from %v to %v", res.ops, len(res.lat), res.lat[0], res.lat[len(res.lat)-1])
 	}
 	line := res.line(spec)
-	if _, err := parseSummary(line); err != nil || !strings.HasPrefix(line, "clients=3 size=5 seconds=0.50 ") {
+	if _, err := benchkit.ParseOps(line); err != nil || !strings.HasPrefix(line, "clients=3 size=5 seconds=0.50 ") {
 		t.Errorf("summary %q: %v", line, err)
 	}
 	c, _, err := zk.Connect(s.addrs, sessionTimeout, zk.WithLogger(quiet{}))
@@ -146,10 +146,10 @@ func TestParseConfig(t *testing.T) {
 // when no ensemble is measured, and judges no goal.
 func TestReportWithoutEnsemble(t *testing.T) {
 	r := newResults(config{systems: []string{ours, oursRDMA}, clients: []int{1, 16}, host: "192.0.2.1", rounds: 1})
-	r.add(ours, 1, sample{rate: 1000, p50: 1000, p99: 2000}, nil)
-	r.add(oursRDMA, 1, sample{rate: 1500, p50: 500, p99: 1000}, nil)
+	r.add(ours, 1, sample{Rate: 1000, P50: 1000, P99: 2000}, nil)
+	r.add(oursRDMA, 1, sample{Rate: 1500, P50: 500, P99: 1000}, nil)
 	r.add(ours, 16, sample{}, errors.New("no tcp"))
-	r.add(oursRDMA, 16, sample{rate: 3000, p50: 700, p99: 900}, nil)
+	r.add(oursRDMA, 16, sample{Rate: 3000, P50: 700, P99: 900}, nil)
 	if r.baseline() != ours {
 		t.Errorf("baseline = %q, want %q", r.baseline(), ours)
 	}
@@ -177,7 +177,7 @@ func TestReportWithoutEnsemble(t *testing.T) {
 		t.Errorf("report describes a ZooKeeper that was not measured:\n%s", md.String())
 	}
 	r = newResults(config{systems: []string{oursRDMA}, clients: []int{1}})
-	r.add(oursRDMA, 1, sample{rate: 1500, p50: 500, p99: 1000}, nil)
+	r.add(oursRDMA, 1, sample{Rate: 1500, P50: 500, P99: 1000}, nil)
 	var b strings.Builder
 	r.table().WriteText(&b)
 	if r.baseline() != "" || strings.Contains(b.String(), " vs ") {

@@ -39,7 +39,7 @@ func (s loadSpec) args() []string {
 
 // runLoad is coordbench load: the client side of one run, which the
 // runner starts as its own process on the client CPU. It prints one
-// summary line, as parseSummary reads it.
+// summary line, as benchkit.ParseOps reads it.
 func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("coordbench load", flag.ContinueOnError)
 	fs.SetOutput(stderr)

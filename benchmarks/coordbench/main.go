@@ -57,7 +57,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -200,7 +199,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			for _, name := range cfg.systems {
 				s, err := measure(ctx, launcher, cfg, self, res.systems[name], clients)
 				res.add(name, clients, s, err)
-				status := fmt.Sprintf("%.0f ops/s, p50 %.0f us, p99 %.0f us", s.rate, s.p50, s.p99)
+				status := fmt.Sprintf("%.0f ops/s, p50 %.0f us, p99 %.0f us", s.Rate, s.P50, s.P99)
 				if err != nil {
 					status = "error: " + err.Error()
 				}
@@ -217,18 +216,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := benchkit.WriteReport(stdout, cfg.quick, dir, cfg.md, cfg.svg, res.writeMarkdown, res.plot().WriteSVG); err != nil {
 		return err
 	}
-	if n := res.failures(); n > 0 {
+	if n := res.Failures(); n > 0 {
 		return fmt.Errorf("%d run%s failed", n, benchkit.Plural(n))
 	}
 	return nil
 }
 
 // A sample is what one run of coordbench load reported.
-type sample struct {
-	rate     float64 // operations per second
-	p50, p99 float64 // microseconds
-	line     string
-}
+type sample = benchkit.OpsSample
 
 // measure runs coordbench load with clients clients against s, on the
 // client CPU.
@@ -244,37 +239,7 @@ func measure(ctx context.Context, l *benchkit.Launcher, cfg config, self string,
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Run(); err != nil {
-		return sample{}, fmt.Errorf("coordbench load: %w: %s", err, lastLine(stderr.String()))
+		return sample{}, fmt.Errorf("coordbench load: %w: %s", err, benchkit.LastLine(stderr.String()))
 	}
-	return parseSummary(fmt.Sprintf("system=%s %s", s.name, lastLine(stdout.String())))
-}
-
-// parseSummary parses a summary line of coordbench load.
-func parseSummary(line string) (sample, error) {
-	s := sample{line: line}
-	fields := make(map[string]string)
-	for _, f := range strings.Fields(line) {
-		if k, v, ok := strings.Cut(f, "="); ok {
-			fields[k] = v
-		}
-	}
-	for _, f := range []struct {
-		key string
-		dst *float64
-	}{{"ops_per_s", &s.rate}, {"p50_us", &s.p50}, {"p99_us", &s.p99}} {
-		v, err := strconv.ParseFloat(fields[f.key], 64)
-		if err != nil {
-			return sample{}, fmt.Errorf("summary line %q: %s: %w", line, f.key, err)
-		}
-		*f.dst = v
-	}
-	return s, nil
-}
-
-func lastLine(s string) string {
-	s = strings.TrimSpace(s)
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		return s[i+1:]
-	}
-	return s
+	return benchkit.ParseOps(fmt.Sprintf("system=%s %s", s.name, benchkit.LastLine(stdout.String())))
 }

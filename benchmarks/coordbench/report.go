@@ -29,53 +29,19 @@ type key struct {
 
 // results holds every run, by point.
 type results struct {
-	cfg       config
-	systems   map[string]*system
-	runs      map[key][]sample
-	errs      map[key][]error
+	cfg     config
+	systems map[string]*system
+	benchkit.Runs[key]
 	duration  time.Duration
 	placement string
 }
 
 func newResults(cfg config) *results {
-	return &results{cfg: cfg, systems: make(map[string]*system), runs: make(map[key][]sample), errs: make(map[key][]error)}
+	return &results{cfg: cfg, systems: make(map[string]*system), Runs: benchkit.NewRuns[key]()}
 }
 
 func (r *results) add(system string, clients int, s sample, err error) {
-	k := key{system, clients}
-	if err != nil {
-		r.errs[k] = append(r.errs[k], err)
-		return
-	}
-	r.runs[k] = append(r.runs[k], s)
-}
-
-func (r *results) failures() int {
-	n := 0
-	for _, errs := range r.errs {
-		n += len(errs)
-	}
-	return n
-}
-
-// medians returns the medians of k's runs, and whether it has any.
-func (r *results) medians(k key) (s sample, ok bool) {
-	runs := r.runs[k]
-	if len(runs) == 0 {
-		return sample{}, false
-	}
-	pick := func(f func(sample) float64) float64 {
-		xs := make([]float64, len(runs))
-		for i, s := range runs {
-			xs[i] = f(s)
-		}
-		return benchkit.Median(xs)
-	}
-	return sample{
-		rate: pick(func(s sample) float64 { return s.rate }),
-		p50:  pick(func(s sample) float64 { return s.p50 }),
-		p99:  pick(func(s sample) float64 { return s.p99 }),
-	}, true
+	r.Add(key{system, clients}, s, err)
 }
 
 // baseline returns the system every figure is compared with: the
@@ -107,20 +73,20 @@ func (r *results) table() *benchkit.Table {
 		for _, name := range r.cfg.systems {
 			k := key{name, clients}
 			cells := []string{name, fmt.Sprint(clients)}
-			s, ok := r.medians(k)
+			s, ok := r.Medians(k)
 			if !ok {
-				t.AddError(fmt.Sprint(r.errs[k][0]), cells...)
+				t.AddError(fmt.Sprint(r.Errs[k][0]), cells...)
 				continue
 			}
-			cells = append(cells, fmt.Sprintf("%.0f", s.rate), fmt.Sprintf("%.0f", s.p50), fmt.Sprintf("%.0f", s.p99))
+			cells = append(cells, fmt.Sprintf("%.0f", s.Rate), fmt.Sprintf("%.0f", s.P50), fmt.Sprintf("%.0f", s.P99))
 			switch {
 			case base == "":
 			case name == base:
 				cells = append(cells, "base", "base", "base")
 			default:
 				vs := []string{"-", "-", "-"}
-				if b, ok := r.medians(key{base, clients}); ok {
-					vs = []string{benchkit.Ratio(s.rate, b.rate), benchkit.Ratio(s.p50, b.p50), benchkit.Ratio(s.p99, b.p99)}
+				if b, ok := r.Medians(key{base, clients}); ok {
+					vs = []string{benchkit.Ratio(s.Rate, b.Rate), benchkit.Ratio(s.P50, b.P50), benchkit.Ratio(s.P99, b.P99)}
 				}
 				cells = append(cells, vs...)
 			}
@@ -143,25 +109,25 @@ func (r *results) writeText(w io.Writer) {
 func (r *results) verdicts() []string {
 	var out []string
 	for _, c := range goalThroughputAt {
-		o, ok1 := r.medians(key{ours, c})
-		b, ok2 := r.medians(key{ensemble, c})
+		o, ok1 := r.Medians(key{ours, c})
+		b, ok2 := r.Medians(key{ensemble, c})
 		if !ok1 || !ok2 {
 			continue
 		}
-		ratio := o.rate / b.rate
+		ratio := o.Rate / b.Rate
 		stretch := ""
 		if ratio >= stretchThroughput {
 			stretch = fmt.Sprintf(" (stretch goal of %.0fx met too)", stretchThroughput)
 		}
 		out = append(out, fmt.Sprintf("goal: coord ops/s >= ensemble's with %d clients: %.0f vs %.0f (%.2fx): %s%s",
-			c, o.rate, b.rate, ratio, verdict(ratio >= goalThroughput), stretch))
+			c, o.Rate, b.Rate, ratio, verdict(ratio >= goalThroughput), stretch))
 	}
-	o, ok1 := r.medians(key{ours, goalP50Clients})
-	b, ok2 := r.medians(key{ensemble, goalP50Clients})
+	o, ok1 := r.Medians(key{ours, goalP50Clients})
+	b, ok2 := r.Medians(key{ensemble, goalP50Clients})
 	if ok1 && ok2 {
-		ratio := o.p50 / b.p50
+		ratio := o.P50 / b.P50
 		out = append(out, fmt.Sprintf("goal: coord p50 <= %.1fx ensemble's with %d client: %.0f vs %.0f us (%.2fx): %s",
-			goalP50, goalP50Clients, o.p50, b.p50, ratio, verdict(ratio <= goalP50)))
+			goalP50, goalP50Clients, o.P50, b.P50, ratio, verdict(ratio <= goalP50)))
 	}
 	return out
 }
@@ -245,10 +211,10 @@ func (r *results) writeMarkdown(w io.Writer) error {
 	for _, clients := range r.cfg.clients {
 		for _, name := range r.cfg.systems {
 			k := key{name, clients}
-			for _, s := range r.runs[k] {
-				fmt.Fprintln(w, s.line)
+			for _, s := range r.Samples[k] {
+				fmt.Fprintln(w, s.Line)
 			}
-			for _, err := range r.errs[k] {
+			for _, err := range r.Errs[k] {
 				fmt.Fprintf(w, "system=%s clients=%d error: %v\n", name, clients, err)
 			}
 		}
@@ -272,12 +238,12 @@ func (r *results) plot() *benchkit.Plot {
 	for _, name := range r.cfg.systems {
 		s := benchkit.Series{Name: name, Baseline: name == r.baseline() && len(r.cfg.systems) > 1}
 		for _, c := range r.cfg.clients {
-			m, ok := r.medians(key{name, c})
+			m, ok := r.Medians(key{name, c})
 			if !ok {
 				s.Failed = true
 				continue
 			}
-			s.Xs, s.Ys = append(s.Xs, float64(c)), append(s.Ys, m.rate)
+			s.Xs, s.Ys = append(s.Xs, float64(c)), append(s.Ys, m.Rate)
 		}
 		p.Series = append(p.Series, s)
 	}
