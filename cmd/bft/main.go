@@ -53,6 +53,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/rubin-go/rubin/internal/cli"
 	_ "github.com/rubin-go/rubin/transport/rdma" // the rdma network
 )
 
@@ -65,9 +66,9 @@ func main() {
 
 // Exit statuses.
 const (
-	exitOK      = 0
-	exitFailure = 1
-	exitUsage   = 2
+	exitOK      = cli.ExitOK
+	exitFailure = cli.ExitFailure
+	exitUsage   = cli.ExitUsage
 )
 
 const usageText = `usage:
@@ -80,14 +81,14 @@ const usageText = `usage:
 `
 
 // errUsage marks an error in the command line.
-var errUsage = errors.New("usage")
+var errUsage = cli.ErrUsage
 
 // errReported marks a usage error that the flag package has already
 // printed, which run does not print again.
-var errReported = fmt.Errorf("%w (reported)", errUsage)
+var errReported = cli.ErrReported
 
 // commands maps each subcommand to its function.
-var commands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
+var commands = map[string]cli.Command{
 	"keygen":  runKeygen,
 	"replica": runReplica,
 	"put":     runPut,
@@ -99,32 +100,7 @@ var commands = map[string]func(ctx context.Context, args []string, stdout, stder
 // run runs the command with the given arguments (without the program
 // name) and returns its exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usageText)
-		return exitUsage
-	}
-	var err error
-	switch cmd, ok := commands[args[0]]; {
-	case ok:
-		err = cmd(ctx, args[1:], stdout, stderr)
-	case args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help":
-		fmt.Fprint(stdout, usageText)
-		return exitOK
-	default:
-		err = fmt.Errorf("%w: unknown command %q", errUsage, args[0])
-	}
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		return exitOK
-	case errors.Is(err, errReported):
-		return exitUsage
-	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "bft: %v\n%s", err, usageText)
-		return exitUsage
-	default:
-		fmt.Fprintf(stderr, "bft: %v\n", err)
-		return exitFailure
-	}
+	return cli.Run(ctx, "bft", usageText, commands, args, stdout, stderr)
 }
 
 // newFlagSet returns a flag set that reports errors instead of exiting.

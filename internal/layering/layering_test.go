@@ -81,8 +81,9 @@ var layers = []layer{
 
 	// Programs on top.
 	{"measuring", []string{"internal/stats", "internal/cost", "benchmarks/internal/benchkit"}, nil},
+	{"command line", []string{"internal/cli"}, nil},
 	{"commands", []string{"cmd/echo", "cmd/bft", "cmd/coord", "benchmarks", "benchmarks/echobench", "benchmarks/rdmabench", "benchmarks/bftbench", "benchmarks/coordbench"},
-		[]string{"metrics", "rdma transport", "bft driver", "bft services", "coordination gateway", "measuring"}},
+		[]string{"metrics", "rdma transport", "bft driver", "bft services", "coordination gateway", "measuring", "command line"}},
 }
 
 // A listed is one package of the module as go list reports it.
