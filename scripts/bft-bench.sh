@@ -54,24 +54,7 @@ if [[ ${1:-} == --in-vm ]]; then
 	exit
 fi
 
-quick=""
-write=""
-wait=""
-extra=()
-while [[ $# -gt 0 ]]; do
-	case $1 in
-	-quick | --quick) quick=-quick ;;
-	-write | --write) write=-write ;;
-	-wait | --wait) wait=-wait ;;
-	--)
-		shift
-		extra=("$@")
-		break
-		;;
-	*) usage ;;
-	esac
-	shift
-done
+bench_options "$@"
 
 setup
 

@@ -247,6 +247,30 @@ vm_extract_file() {
 		tr -d '\r' | base64 -d
 }
 
+# bench_options parses the options the benchmark scripts share: -quick,
+# -write, -wait, and flags after -- for the benchmark program. It sets
+# quick, write and wait (each its option, or empty) and the array extra,
+# and calls the script's usage function on anything else.
+# shellcheck disable=SC2034 # they are the calling script's
+bench_options() {
+	quick="" write="" wait=""
+	extra=()
+	while [[ $# -gt 0 ]]; do
+		case $1 in
+		-quick | --quick) quick=-quick ;;
+		-write | --write) write=-write ;;
+		-wait | --wait) wait=-wait ;;
+		--)
+			shift
+			extra=("$@")
+			break
+			;;
+		*) usage ;;
+		esac
+		shift
+	done
+}
+
 # vm_bench runs "script --in-vm args..." ($2 and what follows $3) in a
 # Soft-RoCE VM (scripts/rdmavm.sh): the guest's output goes to the terminal
 # without the files' lines, and whole to $3/vm.out for vm_write_files. It
