@@ -81,7 +81,7 @@ func TestQueuePairErrorBreaksOnlyItsConn(t *testing.T) {
 	bad, badServer := pair(t, tr, addr)
 	good, goodServer := pair(t, tr, addr)
 	why := errors.New("rdma: device rxe0: asynchronous event: local work queue catastrophic error")
-	tr.failConns(tr.devices[0], func(qpn uint32) bool { return qpn == bad.qpn }, why)
+	tr.failConns(bad.eng.dev, func(qpn uint32) bool { return qpn == bad.qpn }, why)
 	if _, err := bad.Receive(); err == nil || !strings.Contains(err.Error(), "catastrophic") {
 		t.Fatalf("Receive on the failed conn = %v; want the event's error", err)
 	}
