@@ -104,8 +104,13 @@ func TestByzantine(t *testing.T) {
 		// there (see TestViewChangeReportsCertificatesAboveKnownCheckpoint).
 		// Seeds 2309, 2312, 2318 and 747853061667 (a fresh one) broke
 		// agreement while view changes reported certificates only above
-		// the checkpoint whose state the replica held.
-		{name: "LaggardAndLiar", seeds: append(seedRange(2305, 8), 2318, 747853061667), net: with(allNet, func(c *chaos) { c.lag = true }),
+		// the checkpoint whose state the replica held. Fresh seeds
+		// 215944477212 and 396621278727 lost liveness: the only correct
+		// replica besides the laggard's view change had missed the slots
+		// where the clients' requests before their outstanding ones ran,
+		// so it held those out of order, timed nothing, and never joined
+		// (see TestOutOfOrderRequestFetchesMissedSlots).
+		{name: "LaggardAndLiar", seeds: append(seedRange(2305, 8), 2318, 747853061667, 215944477212, 396621278727), net: with(allNet, func(c *chaos) { c.lag = true }),
 			setup: func(n *simnet.Net, rng *rand.Rand) {
 				a := n.MakeByzantine(bft.ReplicaID(rng.IntN(n.N)), simnet.OmitCertificates(), simnet.Silent(false), simnet.ForgeBatches())
 				a.Injectors = append(a.Injectors, simnet.Accomplice())

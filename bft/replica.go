@@ -78,6 +78,7 @@ type Replica struct {
 	reqTimer  int
 	timedView uint64
 	viewSince uint64
+	lagFetch  uint64 // tick a request held out of order last made us fetch
 	// Retransmission timers: for slots that stall, and for our view change.
 	stallTimer int
 	vcResend   int

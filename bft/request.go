@@ -103,8 +103,11 @@ func (p *pendingQueue) compact() {
 // that the current view's log does not hold, dropping on the way those a
 // state transfer or a later request of their client made stale; ok is
 // false if there is none. (A request in the log is the log timer's: it
-// waits for the slots before it, which execute in order.)
-func (r *Replica) oldestUnproposed() (since uint64, ok bool) {
+// waits for the slots before it, which execute in order.) waitSince is
+// the arrival tick of the oldest held request that waits for an earlier
+// request of its client this replica does not hold; waiting is false if
+// there is none.
+func (r *Replica) oldestUnproposed() (since uint64, ok bool, waitSince uint64, waiting bool) {
 	p := &r.pending
 	for _, k := range p.order {
 		if _, held := p.byKey[k]; !held {
@@ -122,11 +125,14 @@ func (r *Replica) oldestUnproposed() (since uint64, ok bool) {
 			// It waits for its client's earlier request, which is the
 			// one to time: a client cannot make the primary look slow
 			// with a request no primary may propose yet.
+			if !waiting {
+				waitSince, waiting = p.since[k], true
+			}
 			continue
 		}
-		return p.since[k], true
+		return p.since[k], true, waitSince, waiting
 	}
-	return 0, false
+	return 0, false, waitSince, waiting
 }
 
 // hasUnproposed reports whether a held request is not in the current
@@ -239,6 +245,14 @@ func (r *Replica) onRequest(req *Request, fromClient, authFirst bool) error {
 // state, not for the primary, so its requests are not timed meanwhile.
 // Both timeouts are RequestTicks, doubled for each view change without
 // execution since, up to 16 times.
+//
+// A held request that waits that long for an earlier request of its
+// client that this replica never saw is not timed against the primary
+// either, but it hints that the replica missed slots the others executed
+// (a client sends its next request once f+1 replicas answered the
+// previous one): the replica asks its peers for them (FetchState), at
+// most once per timeout. What they send puts the slots in its log, where
+// the log timer judges the primary as usual.
 func (r *Replica) tickRequestTimer() bool {
 	if r.view != r.timedView {
 		r.timedView, r.viewSince = r.view, r.now
@@ -255,7 +269,12 @@ func (r *Replica) tickRequestTimer() bool {
 	if r.target > r.lastExec {
 		return false
 	}
-	since, ok := r.oldestUnproposed()
+	since, ok, waitSince, waiting := r.oldestUnproposed()
+	if waiting && r.now-max(waitSince, r.viewSince, r.lagFetch) >= limit {
+		r.lagFetch = r.now
+		r.stats.Fetches++
+		r.broadcast(&FetchState{Seq: r.lastExec, Replica: r.id})
+	}
 	return ok && r.now-max(since, r.viewSince) >= limit
 }
 

@@ -160,3 +160,38 @@ func TestClientRestart(t *testing.T) {
 	}
 	checkExecOrder(t, n)
 }
+
+// TestOutOfOrderRequestFetchesMissedSlots: a backup holds a request that
+// follows one of its client's it never saw. It must not time it against
+// the primary (a Byzantine client could skip a timestamp to frame every
+// primary), but it may have missed slots the others executed, which no
+// later slot would reveal to it: once per request timeout it asks its
+// peers for them (see LaggardAndLiar's seeds 215944477212 and
+// 396621278727, where it waited forever).
+func TestOutOfOrderRequestFetchesMissedSlots(t *testing.T) {
+	cfg := func(c *bft.Config) {
+		smallCfg(c)
+		c.RequestTicks = 20
+	}
+	n := newNet(t, simnet.Options{Clients: 1, Seed: 53, Config: cfg})
+	if !n.Load(3, 200, op) {
+		t.Fatal("requests did not complete")
+	}
+	r := n.Replicas[3]
+	before := r.Status()
+	gap := &bft.Request{Client: 1, Timestamp: 5, Op: []byte("after a timestamp no replica saw")}
+	n.SignRequest(gap)
+	if err := r.Step(bft.ToClient(1), gap); err != nil {
+		t.Fatal(err)
+	}
+	for k := 0; k < 3*20+5; k++ {
+		n.Tick()
+	}
+	s := r.Status()
+	if s.Pending != 1 || s.View != before.View || s.ViewChanging {
+		t.Fatalf("the held request should stay held without a view change: %+v", s)
+	}
+	if got := s.Fetches - before.Fetches; got != 3 {
+		t.Fatalf("%d fetches in three request timeouts, want 3", got)
+	}
+}
