@@ -192,15 +192,22 @@ func demo(ctx context.Context, d demoConfig, stdout, stderr io.Writer) error {
 	if crashed >= 0 {
 		replicas[crashed] = nil
 	}
+	// Nothing may reach the replicas while they are compared: the
+	// gateway's session pings and closes would keep them executing.
+	w.shutdown()
+	gw.Close()
+	client.Close()
 	return sameState(ctx, replicas, stdout)
 }
 
-// sameState waits until the running replicas have executed as far as each
-// other, stops them and compares their states.
+// sameState waits until the running replicas, which no client reaches any
+// more, have executed as far as each other, stops them and compares their
+// states.
 func sameState(ctx context.Context, replicas []*demoReplica, stdout io.Writer) error {
 	deadline := time.Now().Add(10 * time.Second)
+	var seqs []uint64
 	for {
-		var seqs []uint64
+		seqs = seqs[:0]
 		for _, dr := range replicas {
 			if dr != nil {
 				seqs = append(seqs, dr.r.Status().LastExecuted)
@@ -230,7 +237,7 @@ func sameState(ctx context.Context, replicas []*demoReplica, stdout io.Writer) e
 	}
 	for _, s := range snaps[1:] {
 		if !bytes.Equal(s, snaps[0]) {
-			return errors.New("the surviving replicas' states differ")
+			return fmt.Errorf("the surviving replicas' states differ, each having executed up to %d", seqs[0])
 		}
 	}
 	fmt.Fprintf(stdout, "the %d surviving replicas hold identical states\n", len(snaps))
