@@ -193,8 +193,14 @@ func TestInboundQueueBytes(t *testing.T) {
 	open()
 	// The stalled replica catches up from the checkpoints it hears of,
 	// and what the others sent it while it stalled was dropped; a cluster
-	// gone idle sends none, so the client goes on past two more.
-	for i := range 2 * core.CheckpointInterval {
+	// gone idle sends none, so the client goes on until it is past what
+	// the others had executed. (The first checkpoints after the stall may
+	// be dropped too, behind the backlog still queued to it.)
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; tc.reps[1].Status().LastExecuted < ahead; i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("the stalled replica did not catch up in 30s of writes: %+v", tc.reps[1].Status())
+		}
 		invoke(t, c, kv.EncodePut([]byte("after"), []byte{byte(i)}))
 	}
 	tc.waitConverged(all(4), tc.reps[0].Status().LastExecuted, 30*time.Second)
