@@ -131,14 +131,20 @@ func (r *Replica) learnStable(seq uint64, d Digest, cert []Checkpoint) {
 	}
 	if r.resync && seq > r.target {
 		// Diverged and waiting for a certified state: fetch the latest.
-		r.target, r.targetDigest, r.targetCert = seq, d, cert
-		r.prune()
+		r.learnTarget(seq, d, cert)
 		return
 	}
 	if seq <= r.lastExec || seq <= r.target {
 		return
 	}
+	r.learnTarget(seq, d, cert)
+}
+
+// learnTarget makes seq, whose state this replica does not hold, the
+// stable checkpoint it knows of, and persists it (RecStable).
+func (r *Replica) learnTarget(seq uint64, d Digest, cert []Checkpoint) {
 	r.target, r.targetDigest, r.targetCert = seq, d, cert
+	r.persist(RecStable, &State{Seq: seq, Stable: cert, Replica: r.id})
 	r.prune()
 }
 

@@ -46,6 +46,13 @@ const (
 	RecViewChange
 	// RecNewView: the new view this replica entered. Msg is *NewView.
 	RecNewView
+	// RecStable: a stable checkpoint this replica learned of above the
+	// state it holds, by its certificate. Msg is *State, with Seq and
+	// Stable only. The replica votes in the window above it, and its
+	// view changes report it, so after a restart they must still: a
+	// view change's prepared certificates must fit above the checkpoint
+	// it reports.
+	RecStable
 )
 
 // Record is one fact a replica must not forget across a restart: a vote
@@ -121,6 +128,9 @@ func (r *Replica) liveRecords() []Record {
 	add := func(k RecordKind, m Message) { recs = append(recs, Record{Kind: k, Msg: m}) }
 	if r.lastNewView != nil {
 		add(RecNewView, r.lastNewView)
+	}
+	if r.target > r.low {
+		add(RecStable, &State{Seq: r.target, Stable: r.targetCert, Replica: r.id})
 	}
 	if vc := r.vcs[r.id]; vc != nil && r.viewChanging {
 		add(RecViewChange, vc)

@@ -110,6 +110,14 @@ func (r *Replica) replay(rec Record) error {
 			}
 		}
 		return nil
+	case *State:
+		if rec.Kind != RecStable || len(m.Stable) == 0 {
+			break
+		}
+		if m.Seq > r.target {
+			r.target, r.targetDigest, r.targetCert = m.Seq, m.Stable[0].State, m.Stable
+		}
+		return nil
 	case *PrePrepare:
 		if rec.Kind != RecPrePrepare {
 			break
