@@ -7,20 +7,27 @@ import "github.com/rubin-go/rubin/bft"
 type Disk struct {
 	Snapshot *bft.Snapshot
 	Records  []bft.Record
+	// Synced counts the leading Records that a sync made durable: those
+	// up to the last Ready with Persist records, which a driver syncs
+	// with every Deferred record it held before them.
+	Synced int
 }
 
 // store persists a Ready's records to replica i's disk, before its
-// messages go out; the deferred ones too (LoseCommitted drops them at
-// Recover).
+// messages go out; the deferred ones too (LoseCommitted drops them, and
+// every record not synced, at Recover).
 func (n *Net) store(i int, rd *bft.Ready) {
 	if n.Disks == nil {
 		n.Disks = make([]Disk, n.N)
 	}
 	d := &n.Disks[i]
 	if rd.Snapshot != nil {
-		d.Snapshot, d.Records = rd.Snapshot, nil
+		d.Snapshot, d.Records, d.Synced = rd.Snapshot, nil, 0
 	}
 	d.Records = append(d.Records, rd.Persist...)
+	if len(rd.Persist) > 0 {
+		d.Synced = len(d.Records)
+	}
 	d.Records = append(d.Records, rd.Deferred...)
 }
 
@@ -39,15 +46,16 @@ func (n *Net) Recover(i int) error {
 		n.Note("replica %d recovers from its disk", i)
 	}
 	if n.LoseCommitted {
-		// The crash lost every deferred record since the snapshot: the
-		// most a driver that never syncs them could lose.
+		// The crash lost every record not synced (the votes a Ready
+		// deferred among them), and every RecCommitted record since the
+		// snapshot: the most a driver that syncs them late could lose.
 		var kept []bft.Record
-		for _, r := range d.Records {
+		for _, r := range d.Records[:d.Synced] {
 			if r.Kind != bft.RecCommitted {
 				kept = append(kept, r)
 			}
 		}
-		d.Records = kept
+		d.Records, d.Synced = kept, len(kept)
 		n.Disks[i] = d
 	}
 	return n.Replicas[i].Recover(d.Snapshot, d.Records)
