@@ -2,6 +2,7 @@ package auth
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -696,5 +697,63 @@ func benchMessages() []benchMessage {
 	return []benchMessage{
 		{"prepare", &bft.Prepare{View: 1, Seq: 1000, Digest: bft.Digest{1}, Replica: 1}},
 		{"pre-prepare-64x100B", pp},
+	}
+}
+
+// TestSignaturesAsCryptoEd25519: ReplicaAuth's signatures are the bytes
+// crypto/ed25519 makes, and it accepts exactly what crypto/ed25519.Verify
+// accepts: every replica of a cluster must agree on which signatures are
+// valid, whatever its Ed25519 code. Among the rejected: a flipped bit, a
+// signature whose S is not reduced (S+L, which a lax verifier would
+// take), another replica's key, and a truncated signature.
+func TestSignaturesAsCryptoEd25519(t *testing.T) {
+	c := generate(t, 4, 1)
+	a, err := NewReplicaAuth(c, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	priv := ed25519.NewKeyFromSeed(c.Replicas[1].PrivateKey)
+	for i := range 20 {
+		m := &bft.Prepare{View: uint64(i), Seq: uint64(i * i), Digest: bft.Digest{byte(i)}, Replica: 1}
+		msg := wire.SignedBytes(nil, m)
+		sig := a.Sign(m)
+		if want := ed25519.Sign(priv, msg); !bytes.Equal(sig, want) {
+			t.Fatalf("message %d: signature %x, crypto/ed25519 signs %x", i, sig, want)
+		}
+		flipped := bytes.Clone(sig)
+		flipped[i%len(flipped)] ^= 1 << (i % 8)
+		unreduced := bytes.Clone(sig)
+		addL(unreduced[32:])
+		for _, tc := range []struct {
+			name string
+			id   bft.ReplicaID
+			sig  []byte
+		}{
+			{"valid", 1, sig},
+			{"flipped bit", 1, flipped},
+			{"S+L", 1, unreduced},
+			{"another replica's key", 2, sig},
+			{"truncated", 1, sig[:63]},
+		} {
+			want := len(tc.sig) == ed25519.SignatureSize && ed25519.Verify(ed25519.PublicKey(c.Replicas[tc.id].PublicKey), msg, tc.sig)
+			if got := a.Verify(tc.id, m, tc.sig); got != want {
+				t.Fatalf("message %d, %s: Verify = %v, crypto/ed25519 says %v", i, tc.name, got, want)
+			}
+			if tc.name == "valid" != want {
+				t.Fatalf("message %d, %s: crypto/ed25519 says %v", i, tc.name, want)
+			}
+		}
+	}
+}
+
+// addL adds the order of the Ed25519 group, L = 2^252 +
+// 27742317777372353535851937790883648493, to the little-endian s.
+func addL(s []byte) {
+	l := [32]byte{0xed, 0xd3, 0xf5, 0x5c, 0x1a, 0x63, 0x12, 0x58, 0xd6, 0x9c, 0xf7, 0xa2, 0xde, 0xf9, 0xde, 0x14,
+		0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10}
+	carry := 0
+	for i := range s {
+		v := int(s[i]) + int(l[i]) + carry
+		s[i], carry = byte(v), v>>8
 	}
 }

@@ -1,7 +1,6 @@
 package auth
 
 import (
-	"bytes"
 	"crypto/ed25519"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -10,6 +9,8 @@ import (
 	"fmt"
 	"hash"
 	"sync"
+
+	voi "github.com/oasisprotocol/curve25519-voi/primitives/ed25519"
 
 	"github.com/rubin-go/rubin/bft"
 	"github.com/rubin-go/rubin/bft/wire"
@@ -26,12 +27,20 @@ const MACSize = 16
 // concurrent use: a driver may verify messages on many goroutines. Its
 // state is read-only after NewReplicaAuth, and each call takes its
 // scratch hash and buffers from pools.
+//
+// Ed25519 is curve25519-voi's (as CometBFT uses it), about twice as fast
+// to verify as crypto/ed25519 with each replica's public key expanded
+// once, and set to accept exactly the signatures crypto/ed25519 accepts
+// (VerifyOptionsStdLib); signatures are the same bytes.
 type ReplicaAuth struct {
 	id      bft.ReplicaID
-	priv    ed25519.PrivateKey
-	pubs    []ed25519.PublicKey
+	priv    voi.PrivateKey
+	pubs    []*voi.ExpandedPublicKey
 	clients map[bft.ClientID]*macKey // request keys each client shares with this replica
 }
+
+// verifyOptions makes voi accept what crypto/ed25519.Verify accepts.
+var verifyOptions = &voi.Options{Verify: voi.VerifyOptionsStdLib}
 
 var _ bft.Authenticator = (*ReplicaAuth)(nil)
 
@@ -50,12 +59,17 @@ func NewReplicaAuth(c *Cluster, id bft.ReplicaID) (*ReplicaAuth, error) {
 	}
 	a := &ReplicaAuth{
 		id:      id,
-		priv:    ed25519.NewKeyFromSeed(c.Replicas[id].PrivateKey),
-		pubs:    make([]ed25519.PublicKey, n),
+		priv:    voi.PrivateKey(ed25519.NewKeyFromSeed(c.Replicas[id].PrivateKey)),
+		pubs:    make([]*voi.ExpandedPublicKey, n),
 		clients: make(map[bft.ClientID]*macKey, len(c.Clients)),
 	}
 	for i, r := range c.Replicas {
-		a.pubs[i] = ed25519.PublicKey(bytes.Clone(r.PublicKey)) // c may change later
+		// Expanding copies the key: c may change later.
+		xp, err := voi.NewExpandedPublicKey(voi.PublicKey(r.PublicKey))
+		if err != nil {
+			return nil, fmt.Errorf("auth: replica %d's public key: %w", i, err)
+		}
+		a.pubs[i] = xp
 	}
 	for _, cl := range c.Clients {
 		k := c.clientKey(cl.ID, id)
@@ -74,7 +88,7 @@ func (a *ReplicaAuth) ID() bft.ReplicaID { return a.id }
 func (a *ReplicaAuth) Sign(m bft.Message) []byte {
 	buf := getBuf()
 	*buf = wire.SignedBytes((*buf)[:0], m)
-	sig := ed25519.Sign(a.priv, *buf)
+	sig := voi.Sign(a.priv, *buf)
 	putBuf(buf)
 	return sig
 }
@@ -87,7 +101,7 @@ func (a *ReplicaAuth) Verify(id bft.ReplicaID, m bft.Message, sig []byte) bool {
 	}
 	buf := getBuf()
 	*buf = wire.SignedBytes((*buf)[:0], m)
-	ok := ed25519.Verify(a.pubs[id], *buf, sig)
+	ok := voi.VerifyExpandedWithOptions(a.pubs[id], *buf, sig, verifyOptions)
 	putBuf(buf)
 	return ok
 }
