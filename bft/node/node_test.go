@@ -206,6 +206,38 @@ func (tc *testCluster) waitConverged(ids []int, minSeq uint64, timeout time.Dura
 // checkSameState stops every replica and compares their snapshots.
 func (tc *testCluster) checkSameState() { tc.checkSameStateOf(all(len(tc.apps))) }
 
+// waitConvergedOrAlone is waitConverged for every replica but one that is
+// alone in a view change above the others' view, if one is: it timed a
+// request the others executed without it and blamed the primary, which
+// keeps it out of the normal case until the others change view too
+// (PBFT's rule; see TestBackupCrashAndRestart). It returns the replicas
+// that converged.
+func (tc *testCluster) waitConvergedOrAlone(minSeq uint64, timeout time.Duration) []int {
+	tc.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ids := all(len(tc.reps))
+		for i, r := range tc.reps {
+			s, next := r.Status(), tc.reps[(i+1)%len(tc.reps)].Status()
+			if s.ViewChanging && s.View > next.View && len(ids) == len(tc.reps) {
+				ids = append(ids[:i:i], ids[i+1:]...)
+			}
+		}
+		seq := tc.reps[ids[0]].Status().LastExecuted
+		same := seq >= minSeq
+		for _, i := range ids[1:] {
+			same = same && tc.reps[i].Status().LastExecuted == seq
+		}
+		if same {
+			return ids
+		}
+		if time.Now().After(deadline) {
+			tc.waitConverged(ids, minSeq, 0) // fails, saying how
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // checkSameStateOf stops the cluster and checks that replicas ids hold
 // the same application state.
 func (tc *testCluster) checkSameStateOf(ids []int) {
@@ -642,8 +674,13 @@ func TestInvokeCancelAndRestartAll(t *testing.T) {
 		t.Error("Run on an address in use succeeded")
 	}
 	c.Close()
-	tc.waitConverged(all(4), 1, 10*time.Second)
-	tc.checkSameState()
+	// A replica may miss the put's pre-prepare while the fresh cluster's
+	// links come up, and start a view change alone.
+	ids := tc.waitConvergedOrAlone(1, 10*time.Second)
+	if len(ids) < 4 {
+		t.Logf("replicas %v converged; the other is alone in a view change", ids)
+	}
+	tc.checkSameStateOf(ids)
 }
 
 // One Client multiplexes many identities over one link per replica: its
