@@ -46,6 +46,7 @@ func (r *Replica) checkpoint(seq uint64) {
 	r.ckpts[seq] = own
 	c := &Checkpoint{Seq: seq, State: own.digest, Replica: r.id}
 	c.Sig = r.cfg.Auth.Sign(c)
+	r.persist(RecCheckpoint, c)
 	r.broadcast(c)
 	_ = r.recordCheckpoint(c)
 	// The checkpoint may already be certified, learned while we lagged.

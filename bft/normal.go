@@ -151,7 +151,7 @@ func (r *Replica) acceptPrePrepare(e *entry, pp *PrePrepare) {
 			r.noteProposed(&pp.Batch[i], pp.Seq)
 		}
 	}
-	if !r.isPrimary() && r.view >= r.votesFrom { // see lazyVotes
+	if !r.isPrimary() {
 		p := &Prepare{View: pp.View, Seq: pp.Seq, Digest: pp.Digest, Replica: r.id}
 		p.Sig = r.cfg.Auth.Sign(p)
 		e.prepares[r.id] = p

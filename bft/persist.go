@@ -39,7 +39,9 @@ const (
 	// (Recover puts the slot's durable prepared certificate under
 	// readHorizon). What the record buys is
 	// speed: a recovered replica re-executes the slot at once instead of
-	// after the network.
+	// after the network; and the state a checkpoint of this replica
+	// vouches for, which the sync before the checkpoint is sent makes
+	// durable (RecCheckpoint).
 	RecCommitted
 	// RecViewChange: this replica's view change, which moved it to that
 	// view. Msg is *ViewChange.
@@ -53,6 +55,14 @@ const (
 	// view change's prepared certificates must fit above the checkpoint
 	// it reports.
 	RecStable
+	// RecCheckpoint: this replica's own signed checkpoint. Msg is
+	// *Checkpoint. Recover needs nothing of it: it is there so that the
+	// Ready that sends the checkpoint syncs, with every RecCommitted
+	// record before it, so the state the signature vouches for can be
+	// rebuilt after a crash. Were it lost everywhere, 2f+1 signatures
+	// would certify a checkpoint no replica can serve, and the replicas
+	// behind it would wait for it forever.
+	RecCheckpoint
 )
 
 // Record is one fact a replica must not forget across a restart: a vote
@@ -106,67 +116,17 @@ func (r *Replica) persistVotes(e *entry, c *Commit) {
 // records since the last Ready, those needed before it sends and the
 // deferred ones, or, when the stable checkpoint moved, a snapshot that
 // replaces them all.
-//
-// Records that only vote in the current view (see lazyVotes) go with the
-// deferred ones when nothing else needs a sync: a pre-prepare and a
-// prepare need not be durable before they are sent, only before the
-// slot's commit is, and the commit's records follow them into the same
-// sync.
 func (r *Replica) takeDurable() (recs, deferred []Record, snap *Snapshot) {
 	recs, deferred = r.durable, r.deferred
 	r.durable, r.deferred = nil, nil
-	if !r.cfg.Persist {
+	if !r.cfg.Persist || r.low == r.lastStable {
 		return recs, deferred, nil
 	}
-	if r.low == r.lastStable || r.ckpts[r.low] == nil {
-		if len(recs) > 0 && r.lazyVotes(recs) {
-			return nil, append(recs, deferred...), nil
-		}
-		r.synced = r.synced || len(recs) > 0
+	own := r.ckpts[r.low]
+	if own == nil {
 		return recs, deferred, nil
 	}
-	r.synced = true
-	return nil, nil, &Snapshot{Seq: r.low, Stable: r.lowCert, State: r.ckpts[r.low].state, Records: r.liveRecords()}
-}
-
-// lazyVotes reports whether recs are all votes this replica may send
-// before they are durable: pre-prepares of its current view and its own
-// prepares in it, once something of this replica is on its disk (so that
-// a restart finds it there and calls Recover, which mutes it, below).
-//
-// A replica that crashed may have sent such a vote and lost it, and
-// would then be free to vote differently for the same slot of the same
-// view: an equivocation, as if it were Byzantine. Recover therefore
-// mutes it in the view it recovers in (votesFrom): it sends no
-// pre-prepare and no prepare there, only commits, each for a prepared
-// certificate of others' prepares that it made durable first, as always.
-// Its votes in that view are then those it sent before the crash, at
-// most one digest a slot, and quorum intersection holds: two prepared
-// certificates for different digests of a slot would need a replica
-// other than it, hence a correct one that did not crash, to vote for
-// both. It votes again from the next view on. The commit of a slot is
-// durable before it is sent, with every record written before it, so a
-// committed slot's prepared certificate is still on f+1 correct disks
-// (see RecCommitted).
-func (r *Replica) lazyVotes(recs []Record) bool {
-	if !r.synced {
-		return false
-	}
-	for _, rec := range recs {
-		switch m := rec.Msg.(type) {
-		case *PrePrepare:
-			if rec.Kind != RecPrePrepare || m.View != r.view {
-				return false
-			}
-		case *Prepare:
-			if rec.Kind != RecPrepare || m.View != r.view || m.Replica != r.id {
-				return false
-			}
-		default:
-			return false
-		}
-	}
-	return true
+	return nil, nil, &Snapshot{Seq: r.low, Stable: r.lowCert, State: own.state, Records: r.liveRecords()}
 }
 
 // liveRecords lists the records that describe this replica's state above

@@ -14,13 +14,24 @@ type Disk struct {
 }
 
 // store persists a Ready's records to replica i's disk, before its
-// messages go out; the deferred ones too (LoseCommitted drops them, and
-// every record not synced, at Recover).
+// messages go out; the deferred ones too (LoseCommitted drops those not
+// synced yet at Recover).
 func (n *Net) store(i int, rd *bft.Ready) {
 	if n.Disks == nil {
 		n.Disks = make([]Disk, n.N)
 	}
 	d := &n.Disks[i]
+	persists := d.Snapshot != nil || len(d.Records) > 0 // Config.Persist
+	if n.Check != nil && persists && !n.Faulty[i] && rd.Snapshot == nil && len(rd.Persist) == 0 {
+		for _, e := range rd.Messages {
+			if c, ok := e.Msg.(*bft.Checkpoint); ok {
+				// Its signature vouches for a state only the records
+				// up to it rebuild: they must be synced first.
+				n.Check.fail("replica %d sends its checkpoint at %d before a sync", i, c.Seq)
+				break
+			}
+		}
+	}
 	if rd.Snapshot != nil {
 		d.Snapshot, d.Records, d.Synced = rd.Snapshot, nil, 0
 	}
@@ -46,16 +57,10 @@ func (n *Net) Recover(i int) error {
 		n.Note("replica %d recovers from its disk", i)
 	}
 	if n.LoseCommitted {
-		// The crash lost every record not synced (the votes a Ready
-		// deferred among them), and every RecCommitted record since the
-		// snapshot: the most a driver that syncs them late could lose.
-		var kept []bft.Record
-		for _, r := range d.Records[:d.Synced] {
-			if r.Kind != bft.RecCommitted {
-				kept = append(kept, r)
-			}
-		}
-		d.Records, d.Synced = kept, len(kept)
+		// The crash lost every record not synced: the Deferred ones
+		// (committed slots, votes) since the last Ready with Persist
+		// records, which a driver writes and syncs with those.
+		d.Records = d.Records[:d.Synced:d.Synced]
 		n.Disks[i] = d
 	}
 	return n.Replicas[i].Recover(d.Snapshot, d.Records)

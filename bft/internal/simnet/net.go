@@ -86,9 +86,9 @@ type Net struct {
 	// Disks holds what each replica persisted (Config.Persist), for
 	// Recover.
 	Disks []Disk
-	// LoseCommitted makes Recover drop the RecCommitted records and
-	// every record no sync covered (Ready's Deferred since the last
-	// Persist) of the disk, as a crash may.
+	// LoseCommitted makes Recover drop every record no sync covered
+	// (Ready's Deferred since the last Persist: committed slots, votes)
+	// of the disk, as a crash may.
 	LoseCommitted bool
 	Now           uint64
 	Rand          *rand.Rand
