@@ -14,30 +14,45 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/rubin-go/rubin/bft"
+	"github.com/rubin-go/rubin/coord"
+	"github.com/rubin-go/rubin/coord/coordtest"
 )
 
 // TestMain lets the test binary stand in for the coord command: with
 // RUBIN_COORD_EXEC=1 it runs main with its arguments, so tests can run
-// replicas as processes and kill them.
+// replicas as processes and kill them. With RUBIN_COORD_LIAR=1 besides, a
+// replica's application is a coordtest.Liar, which says "lying" on
+// stderr when it first falsifies an answer.
 func TestMain(m *testing.M) {
 	if os.Getenv("RUBIN_COORD_EXEC") == "1" {
+		if os.Getenv("RUBIN_COORD_LIAR") == "1" {
+			var once sync.Once
+			newApp = func(c coord.Config) bft.App {
+				return coordtest.Liar{App: coord.New(c), OnLie: func() {
+					once.Do(func() { fmt.Fprintln(os.Stderr, "lying") })
+				}}
+			}
+		}
 		main()
 	}
 	os.Exit(m.Run())
 }
 
-// startProcess runs coord replica id as a process of this test binary and
-// waits until it listens; the test's cleanup kills it.
-func startProcess(t *testing.T, file, dataDir string, id int) *exec.Cmd {
+// startProcess runs coord replica id as a process of this test binary,
+// with env added to its environment, and waits until it listens; the
+// test's cleanup kills it. It returns the process and its stderr.
+func startProcess(t *testing.T, file, dataDir string, id int, env ...string) (*exec.Cmd, *syncBuffer) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "replica", "-id", strconv.Itoa(id), "-cluster", file, "-data-dir", dataDir, "-transport", "tcp")
-	cmd.Env = append(os.Environ(), "RUBIN_COORD_EXEC=1")
+	cmd.Env = append(append(os.Environ(), "RUBIN_COORD_EXEC=1"), env...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
+	stderr := new(syncBuffer)
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +82,7 @@ func startProcess(t *testing.T, file, dataDir string, id int) *exec.Cmd {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("replica %d did not listen within 30s: %s", id, stderr.String())
 	}
-	return cmd
+	return cmd, stderr
 }
 
 // TestKillPrimaryProcess runs the replicas as processes and a gateway, two
@@ -83,7 +98,7 @@ func TestKillPrimaryProcess(t *testing.T) {
 	freePorts(t, file)
 	procs := make([]*exec.Cmd, 4)
 	for i := range procs {
-		procs[i] = startProcess(t, file, filepath.Join(dir, strconv.Itoa(i)), i)
+		procs[i], _ = startProcess(t, file, filepath.Join(dir, strconv.Itoa(i)), i)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	gwDone := make(chan int, 1)
@@ -162,4 +177,101 @@ func TestKillPrimaryProcess(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no progress with the restarted replica and two others")
 	}
+}
+
+// TestByzantineReplicaProcess runs the four replicas as processes, one of
+// them a liar (coordtest.Liar: every answer it sends, ordered or
+// read-only, has its data falsified and an invented watch event), and a
+// gateway: a ZooKeeper client reads, watches and writes through it and
+// sees only the truth, each watch firing once, for the right change. The
+// liar's stderr shows that it did lie. With two liars, more than f, the
+// client does read lies: the test sees them when they get through.
+func TestByzantineReplicaProcess(t *testing.T) {
+	t.Run("one", func(t *testing.T) {
+		if got := byzantineProcesses(t, 1); got != "" {
+			t.Fatal(got)
+		}
+	})
+	t.Run("f+1", func(t *testing.T) {
+		if got := byzantineProcesses(t, 2); got == "" {
+			t.Fatal("two lying replicas of four were outvoted")
+		}
+	})
+}
+
+// byzantineProcesses runs TestByzantineReplicaProcess's cluster with the
+// last liars replicas lying, and says what the client saw that was not
+// the truth ("" if nothing).
+func byzantineProcesses(t *testing.T, liars int) string {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "cluster.json")
+	if code, _, stderr := runCmd(t, "keygen", "-clients", "8", "-out", file); code != exitOK {
+		t.Fatalf("keygen: %d\n%s", code, stderr)
+	}
+	freePorts(t, file)
+	var liarErrs []*syncBuffer
+	for i := range 4 {
+		var env []string
+		if i >= 4-liars {
+			env = []string{"RUBIN_COORD_LIAR=1"}
+		}
+		_, stderr := startProcess(t, file, filepath.Join(dir, strconv.Itoa(i)), i, env...)
+		if env != nil {
+			liarErrs = append(liarErrs, stderr)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	gwDone := make(chan int, 1)
+	out := new(syncBuffer)
+	go func() {
+		gwDone <- run(ctx, []string{"gateway", "-cluster", file, "-listen", "127.0.0.1:0"}, out, new(syncBuffer))
+	}()
+	defer func() {
+		cancel()
+		if code := <-gwDone; code != exitOK {
+			t.Errorf("gateway: exit status %d", code)
+		}
+	}()
+	c, _, err := zk.Connect([]string{announced(t, out)}, 20*time.Second, zk.WithLogger(quietLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Create("/truth", []byte("truth"), 0, openACL); err != nil {
+		t.Fatal(err)
+	}
+	for k := range 20 {
+		data, _, w, err := c.GetW("/truth")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(data) != "truth" {
+			return fmt.Sprintf("round %d: the client read %q", k, data)
+		}
+		if data, _, err := c.Get("/truth"); err != nil || string(data) != "truth" {
+			return fmt.Sprintf("round %d: the client read %q (%v)", k, data, err)
+		}
+		select {
+		case ev := <-w:
+			return fmt.Sprintf("round %d: an event that did not happen: %+v", k, ev)
+		default:
+		}
+		if _, err := c.Set("/truth", []byte("truth"), -1); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case ev := <-w:
+			if ev.Type != zk.EventNodeDataChanged || ev.Path != "/truth" {
+				return fmt.Sprintf("round %d: watch event %+v, want NodeDataChanged of /truth", k, ev)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("round %d: the watch did not fire", k)
+		}
+	}
+	for i, e := range liarErrs {
+		if !strings.Contains(e.String(), "lying") {
+			t.Fatalf("liar %d never lied; its stderr: %s", i, e.String())
+		}
+	}
+	return ""
 }

@@ -72,6 +72,10 @@ func coreConfig() bft.Config {
 	return bft.Config{MaxOpSize: coord.MaxOpSize, MaxBatchBytes: 2 * coord.MaxOpSize}
 }
 
+// newApp makes a replica's application. Tests of the replica as a process
+// replace it (TestMain) to make one replica Byzantine.
+var newApp = func(c coord.Config) bft.App { return coord.New(c) }
+
 func runReplica(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cf clusterFlags
 	var id int
@@ -95,7 +99,7 @@ func runReplica(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		Cluster:   c,
 		ID:        bft.ReplicaID(id),
 		Transport: &cf.transport,
-		App:       coord.New(coord.Config{Clients: clientIDs(c)}),
+		App:       newApp(coord.Config{Clients: clientIDs(c)}),
 		Core:      coreConfig(),
 		Logger:    cf.logger(stderr).With("replica", id),
 		DataDir:   dataDir,

@@ -78,6 +78,7 @@ var layers = []layer{
 	{"test helpers", []string{"internal/leakcheck", "internal/netns", "internal/rdmatest", "internal/layering"}, nil},
 	{"conformance suite", []string{"channel/channeltest"}, []string{"selector", "test helpers"}},
 	{"simulated network", []string{"bft/internal/simnet"}, []string{"bft auth"}},
+	{"byzantine coordination", []string{"coord/coordtest"}, []string{"coordination service"}},
 
 	// Programs on top.
 	{"measuring", []string{"internal/stats", "internal/cost", "benchmarks/internal/benchkit"}, nil},
