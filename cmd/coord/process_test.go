@@ -85,6 +85,26 @@ func startProcess(t *testing.T, file, dataDir string, id int, env ...string) (*e
 	return cmd, stderr
 }
 
+// startGateway runs coord gateway for the cluster in file in this
+// process and returns the address it listens on; the test's cleanup
+// stops it.
+func startGateway(t *testing.T, file string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	gwDone := make(chan int, 1)
+	out := new(syncBuffer)
+	go func() {
+		gwDone <- run(ctx, []string{"gateway", "-cluster", file, "-listen", "127.0.0.1:0"}, out, new(syncBuffer))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-gwDone; code != exitOK {
+			t.Errorf("gateway: exit status %d", code)
+		}
+	})
+	return announced(t, out)
+}
+
 // TestKillPrimaryProcess runs the replicas as processes and a gateway, two
 // ZooKeeper clients taking turns with a lock, and kills the primary's
 // process with SIGKILL midway; the clients carry on, and the killed
@@ -100,19 +120,7 @@ func TestKillPrimaryProcess(t *testing.T) {
 	for i := range procs {
 		procs[i], _ = startProcess(t, file, filepath.Join(dir, strconv.Itoa(i)), i)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	gwDone := make(chan int, 1)
-	out := new(syncBuffer)
-	go func() {
-		gwDone <- run(ctx, []string{"gateway", "-cluster", file, "-listen", "127.0.0.1:0"}, out, new(syncBuffer))
-	}()
-	defer func() {
-		cancel()
-		if code := <-gwDone; code != exitOK {
-			t.Errorf("gateway: exit status %d", code)
-		}
-	}()
-	addr := announced(t, out)
+	addr := startGateway(t, file)
 
 	const clients, rounds = 2, 30
 	var conns []*zk.Conn
@@ -220,19 +228,7 @@ func byzantineProcesses(t *testing.T, liars int) string {
 			liarErrs = append(liarErrs, stderr)
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	gwDone := make(chan int, 1)
-	out := new(syncBuffer)
-	go func() {
-		gwDone <- run(ctx, []string{"gateway", "-cluster", file, "-listen", "127.0.0.1:0"}, out, new(syncBuffer))
-	}()
-	defer func() {
-		cancel()
-		if code := <-gwDone; code != exitOK {
-			t.Errorf("gateway: exit status %d", code)
-		}
-	}()
-	c, _, err := zk.Connect([]string{announced(t, out)}, 20*time.Second, zk.WithLogger(quietLogger{}))
+	c, _, err := zk.Connect([]string{startGateway(t, file)}, 20*time.Second, zk.WithLogger(quietLogger{}))
 	if err != nil {
 		t.Fatal(err)
 	}
