@@ -267,8 +267,10 @@ func znodeResult(err error) znodeStatus {
 // outcomes; the sessions resume); two thirds in, the primary comes back
 // empty. The history of every operation, with its call and return times,
 // must be linearizable against a model of znodes (data and version).
-func TestLinearizable(t *testing.T) {
-	tc := newTestCluster(t)
+func TestLinearizable(t *testing.T) { linearizable(t, newTestCluster(t)) }
+
+// linearizable is TestLinearizable on the cluster tc.
+func linearizable(t *testing.T, tc *testCluster) {
 	const clients, opsPerClient = 5, 80
 	paths := []string{"/lin-a", "/lin-b", "/lin-k"}
 	var cut cutter

@@ -26,3 +26,10 @@ func TestLockRecipeRDMA(t *testing.T) {
 func TestRestartAllDurableRDMA(t *testing.T) {
 	restartAllDurable(t, newClusterOver(t, "rdma", rdmatest.Addr(t), nil, tempDirs(t, 4)))
 }
+
+// TestLinearizableRDMA is TestLinearizable over RDMA: the history of
+// concurrent sessions through a crash of the primary, its return and cut
+// client connections, checked for linearizability.
+func TestLinearizableRDMA(t *testing.T) {
+	linearizable(t, newClusterOver(t, "rdma", rdmatest.Addr(t), nil, nil))
+}
