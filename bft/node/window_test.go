@@ -169,8 +169,9 @@ func TestClientWindow(t *testing.T) {
 	k.run(4*window, 25)
 	k.check(t, 4*window*25)
 	c.Close()
-	tc.waitConverged(all(4), 1, 20*time.Second)
-	tc.checkSameState()
+	// A replica may have blamed the primary for requests it held while
+	// it caught up, and changed view alone.
+	tc.checkSameStateOf(tc.waitConvergedOrAlone(1, 20*time.Second))
 }
 
 // Two identities with windows keep going across a crash of the primary:
