@@ -242,7 +242,9 @@ func (r *Replica) onRequest(req *Request, fromClient, authFirst bool) error {
 // primary whose own log stalls votes for a new view too: without it, a
 // view where fewer than a quorum still take part (the others moved on)
 // would wait forever. A replica behind a known stable checkpoint waits for
-// state, not for the primary, so its requests are not timed meanwhile.
+// state, not for the primary, so neither its log nor its requests are
+// timed meanwhile: a state that takes longer than the timeout to arrive
+// must not make it leave, alone, the view the others are in.
 // Both timeouts are RequestTicks, doubled for each view change without
 // execution since, up to 16 times.
 //
@@ -258,6 +260,11 @@ func (r *Replica) tickRequestTimer() bool {
 		r.timedView, r.viewSince = r.view, r.now
 	}
 	limit := uint64(r.cfg.RequestTicks) << min(r.vcBackoff, maxBackoff)
+	if r.target > r.lastExec {
+		// Behind a stable checkpoint: the log waits for the state.
+		r.reqTimer = 0
+		return false
+	}
 	if r.nextSeq > r.lastExec {
 		r.reqTimer++
 		if uint64(r.reqTimer) >= limit {
@@ -265,9 +272,6 @@ func (r *Replica) tickRequestTimer() bool {
 		}
 	} else {
 		r.reqTimer = 0
-	}
-	if r.target > r.lastExec {
-		return false
 	}
 	since, ok, waitSince, waiting := r.oldestUnproposed()
 	if waiting && r.now-max(waitSince, r.viewSince, r.lagFetch) >= limit {

@@ -236,3 +236,37 @@ func TestStateConfigBounds(t *testing.T) {
 		}
 	}
 }
+
+// A replica fetching a state that takes longer than RequestTicks to
+// arrive waits for the state: the slots in its log stall for its own lag,
+// not the primary's, so it starts no view change of its own, which would
+// leave it out of the view the others are in until it timed out of that
+// one too.
+func TestNoViewChangeWhileFetchingState(t *testing.T) {
+	const state, chunk = 8 << 20, 64 << 10 // 128 chunks, at most one a tick
+	n := newNet(t, simnet.Options{Clients: 2, Seed: 34, Codec: true, Config: func(c *bft.Config) {
+		bigCfg(c)
+		c.StateChunkBytes = chunk
+	}})
+	lagBehind(t, n, 3, state)
+	ticks := 0
+	ok := n.Run(5000, func() bool {
+		ticks++
+		return n.Replicas[3].Status().StateTransfers > 0
+	})
+	s := n.Replicas[3].Status()
+	if !ok {
+		t.Fatalf("replica 3 installed no state: %+v", s)
+	}
+	const requestTicks = 50 // the default
+	if ticks <= requestTicks {
+		t.Fatalf("the state arrived in %d ticks, within RequestTicks (%d): the test shows nothing", ticks, requestTicks)
+	}
+	if s.ViewChanges != 0 || s.View != n.Replicas[1].Status().View {
+		t.Fatalf("replica 3 started %d view changes while it fetched the state for %d ticks; in view %d, the others in %d", s.ViewChanges, ticks, s.View, n.Replicas[1].Status().View)
+	}
+	if !n.Load(len(n.Results[0])+4, 5000, op) {
+		t.Fatalf("not finished after the transfer: %v", n.LastErrors)
+	}
+	checkSameOrder(t, n)
+}
