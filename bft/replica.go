@@ -113,8 +113,9 @@ type Replica struct {
 	lastServe    map[ReplicaID]uint64
 	fetch        *stateFetch
 	resync       bool
-	chunkServed  []uint64      // per peer, the tick+1 a chunk was last sent
-	chunkWaiting []*FetchChunk // per peer, a chunk request waiting for the next tick
+	chunkTick    []uint64        // per peer, the tick chunkSent counts
+	chunkSent    []int           // per peer, the chunks sent in that tick
+	chunkWaiting [][]*FetchChunk // per peer, chunk requests waiting for the next tick
 
 	// Output.
 	durable    []Record // to persist before out is sent (see persist.go)
@@ -275,8 +276,9 @@ func NewReplica(cfg Config) (*Replica, error) {
 		lastAnswer: make(map[ReplicaID]uint64),
 		lastServe:  make(map[ReplicaID]uint64),
 
-		chunkServed:  make([]uint64, cfg.N),
-		chunkWaiting: make([]*FetchChunk, cfg.N),
+		chunkTick:    make([]uint64, cfg.N),
+		chunkSent:    make([]int, cfg.N),
+		chunkWaiting: make([][]*FetchChunk, cfg.N),
 	}
 	r.pending.init()
 	r.futureBytes = make(map[ReplicaID]int)

@@ -127,8 +127,8 @@ func TestStateTransferResumes(t *testing.T) {
 }
 
 // A peer that asks for the state every tick gets a bounded number of bytes
-// per tick, whatever the size of the state, and correct clients keep
-// completing meanwhile.
+// per tick (4 MiB of chunks, a manifest and a resend), whatever the size of the
+// state, and correct clients keep completing meanwhile.
 func TestFetchStateFloodBounded(t *testing.T) {
 	const (
 		state = 8 << 20
@@ -169,7 +169,9 @@ func TestFetchStateFloodBounded(t *testing.T) {
 	elapsed := int(n.Now - start)
 	perTick := answered / elapsed
 	t.Logf("replica 0 produced %d bytes in %d ticks for the flooding peer (%d per tick), state %d bytes", answered, elapsed, perTick, state)
-	if limit := chunk + 16<<10; perTick > limit {
+	// 4 MiB of chunks (64 messages), the manifest, and the log's messages
+	// resent once a tick.
+	if limit := 4<<20 + 96<<10; perTick > limit {
 		t.Fatalf("%d bytes per tick for one peer, limit %d", perTick, limit)
 	}
 }
@@ -237,18 +239,34 @@ func TestStateConfigBounds(t *testing.T) {
 	}
 }
 
-// A replica fetching a state that takes longer than RequestTicks to
-// arrive waits for the state: the slots in its log stall for its own lag,
-// not the primary's, so it starts no view change of its own, which would
-// leave it out of the view the others are in until it timed out of that
-// one too.
-func TestNoViewChangeWhileFetchingState(t *testing.T) {
-	const state, chunk = 8 << 20, 64 << 10 // 128 chunks, at most one a tick
-	n := newNet(t, simnet.Options{Clients: 2, Seed: 34, Codec: true, Config: func(c *bft.Config) {
+// laggingBy128Chunks returns a cluster whose replica 3 lags behind a state
+// of 128 chunks of 64 KiB, which it can reach only by state transfer.
+func laggingBy128Chunks(t *testing.T, seed uint64) *simnet.Net {
+	t.Helper()
+	n := newNet(t, simnet.Options{Clients: 2, Seed: seed, Codec: true, Config: func(c *bft.Config) {
 		bigCfg(c)
-		c.StateChunkBytes = chunk
+		c.StateChunkBytes = 64 << 10
 	}})
-	lagBehind(t, n, 3, state)
+	lagBehind(t, n, 3, 8<<20)
+	return n
+}
+
+// A replica fetching a state that takes longer than RequestTicks to
+// arrive (over a network that loses most chunks) waits for the state: the
+// slots in its log stall for its own lag, not the primary's, so it starts
+// no view change of its own, which would leave it out of the view the
+// others are in until it timed out of that one too.
+func TestNoViewChangeWhileFetchingState(t *testing.T) {
+	n := laggingBy128Chunks(t, 34)
+	sent := 0
+	n.Byzantine = func(_ bft.ReplicaID, e bft.Envelope) []bft.Envelope {
+		if _, ok := e.Msg.(*bft.Chunk); ok && e.To == bft.ToReplica(3) {
+			if sent++; sent%8 != 0 {
+				return nil
+			}
+		}
+		return []bft.Envelope{e}
+	}
 	ticks := 0
 	ok := n.Run(5000, func() bool {
 		ticks++
@@ -265,8 +283,69 @@ func TestNoViewChangeWhileFetchingState(t *testing.T) {
 	if s.ViewChanges != 0 || s.View != n.Replicas[1].Status().View {
 		t.Fatalf("replica 3 started %d view changes while it fetched the state for %d ticks; in view %d, the others in %d", s.ViewChanges, ticks, s.View, n.Replicas[1].Status().View)
 	}
+	n.Byzantine = nil
 	if !n.Load(len(n.Results[0])+4, 5000, op) {
 		t.Fatalf("not finished after the transfer: %v", n.LastErrors)
+	}
+	checkSameOrder(t, n)
+}
+
+// A replica that lags behind a large state catches up while the others
+// keep ordering at full speed: the transfer must outrun the stable
+// checkpoint, which moves on (and the old state with it) every
+// CheckpointInterval sequence numbers.
+func TestStateTransferUnderLoad(t *testing.T) {
+	n := laggingBy128Chunks(t, 35)
+	total := len(n.Results[0])
+	for n.Replicas[3].Status().LastExecuted < n.Replicas[1].Status().Stable {
+		total += 2
+		if !n.Load(total, 5000, op) {
+			t.Fatalf("not finished while replica 3 fetches: %v %+v", n.LastErrors, n.Replicas[3].Status())
+		}
+		if total > 1000 {
+			t.Fatalf("replica 3 never caught up under load: %+v, others %+v", n.Replicas[3].Status(), n.Replicas[1].Status())
+		}
+	}
+	s := n.Replicas[3].Status()
+	t.Logf("replica 3 caught up by request %d: %+v", total, s)
+	// It takes part again: with another replica down, the cluster needs it.
+	n.Crashed[2] = true
+	if !n.Load(total+3, 10000, op) {
+		t.Fatalf("not finished with the caught-up replica needed: %v %+v", n.LastErrors, n.Replicas[3].Status())
+	}
+	checkSameOrder(t, n)
+}
+
+// A source that sends chunks that do not match the manifest is asked no
+// more after its first one arrives; the others bring the state.
+func TestStateTransferForgedChunks(t *testing.T) {
+	n := laggingBy128Chunks(t, 36)
+	const liar = 1
+	forged := 0
+	n.Byzantine = func(src bft.ReplicaID, e bft.Envelope) []bft.Envelope {
+		if c, ok := e.Msg.(*bft.Chunk); ok && src == liar && e.To == bft.ToReplica(3) {
+			forged++
+			bad := *c
+			bad.Data = append([]byte(nil), c.Data...)
+			bad.Data[len(bad.Data)/2] ^= 1
+			e.Msg = &bad
+		}
+		return []bft.Envelope{e}
+	}
+	ok := n.Run(2000, func() bool { return n.Replicas[3].Status().StateTransfers > 0 })
+	s := n.Replicas[3].Status()
+	if !ok || n.Errors[bft.ErrForged] == 0 {
+		t.Fatalf("replica 3 did not install the state past the forged chunks: %+v, errors %v", s, n.Errors)
+	}
+	// It was asked for a tick's worth at most before its first answer.
+	if perTick := 4 << 20 / (64 << 10); forged > perTick {
+		t.Fatalf("the liar sent %d forged chunks, more than the %d asked before the first came back", forged, perTick)
+	}
+	t.Logf("%d forged chunks; replica 3 verified %d", forged, s.Chunks)
+	n.Byzantine = nil
+	n.Crashed[2] = true // the cluster needs replica 3 now
+	if !n.Load(len(n.Results[0])+3, 10000, op) {
+		t.Fatalf("not finished with the caught-up replica needed: %v %+v", n.LastErrors, n.Replicas[3].Status())
 	}
 	checkSameOrder(t, n)
 }
