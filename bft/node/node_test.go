@@ -765,6 +765,7 @@ func TestMultiplexedClient(t *testing.T) {
 	if _, err := c.Invoke(context.Background(), nil); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Invoke after Close: %v, want ErrClosed", err)
 	}
-	tc.waitConverged(all(4), 0, 10*time.Second)
-	tc.checkSameState()
+	// A replica that came back after the others may have timed the
+	// workload's first requests before its peers reached it.
+	tc.checkSameStateOf(tc.waitConvergedOrAlone(0, 10*time.Second))
 }
