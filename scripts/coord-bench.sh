@@ -40,11 +40,12 @@ source "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
 # coord over RDMA compares with coord over TCP. Emulation makes every
 # operation many times slower, so each point runs for less time than on
 # the host, and with at most 16 clients: those already saturate the
-# emulated replicas (tens of operations a second), and with 64 opening
-# their sessions at once some fail there ("zk: could not connect to a
-# server"). Pinning four replicas and a gateway to one emulated CPU starves
-# them (a sleeping emulated CPU takes about a millisecond to wake): the
-# guest leaves placement to its scheduler.
+# emulated replicas (tens of operations a second), and 64 overload the
+# emulated machine until their sessions' pings time out ("zk: connection
+# closed") or their sessions take minutes to open. Pinning four
+# replicas and a gateway to one emulated CPU starves them (a sleeping
+# emulated CPU takes about a millisecond to wake): the guest leaves
+# placement to its scheduler.
 in_vm() {
 	local work=$1 out=/tmp/coord-bench-out
 	shift

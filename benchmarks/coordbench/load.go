@@ -91,9 +91,9 @@ func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond)
 // sessionTimeout is what every client session asks for.
 const sessionTimeout = 10 * time.Second
 
-// run connects the clients, gives each its znode, and then runs them all
-// at once: each alternates setData and getData on its own znode, one
-// operation at a time, for the warm-up and then the measured time. Only
+// run connects the clients, waits for their sessions, gives each its
+// znode, and then runs them all at once: each alternates setData and
+// getData on its own znode, one operation at a time, for the warm-up and then the measured time. Only
 // operations that complete within the measured time count. Any failed
 // operation fails the run.
 func (s loadSpec) run(ctx context.Context) (loadResult, error) {
@@ -109,19 +109,23 @@ func (s loadSpec) run(ctx context.Context) (loadResult, error) {
 	errs := make([]error, s.clients)
 	var wg sync.WaitGroup
 	for i := range s.clients {
-		c, _, err := zk.Connect([]string{s.servers[i%len(s.servers)]}, sessionTimeout, zk.WithLogger(quiet{}))
+		c, events, err := zk.Connect([]string{s.servers[i%len(s.servers)]}, sessionTimeout, zk.WithLogger(quiet{}))
 		if err != nil {
 			return loadResult{}, fmt.Errorf("client %d: connect: %w", i, err)
 		}
 		conns[i] = c
 		wg.Go(func() {
+			if err := waitSession(ctx, events, sessionWait); err != nil {
+				errs[i] = fmt.Errorf("client %d: %w", i, err)
+				return
+			}
 			_, err := c.Create(znode(i), value, 0, zk.WorldACL(zk.PermAll))
 			if err != nil && !errors.Is(err, zk.ErrNodeExists) {
 				errs[i] = fmt.Errorf("client %d: create %s: %w", i, znode(i), err)
 			}
 		})
 	}
-	if err := waitGroup(ctx, &wg, time.Minute); err != nil {
+	if err := waitGroup(ctx, &wg, sessionWait+time.Minute); err != nil {
 		return loadResult{}, fmt.Errorf("creating the znodes: %w", err)
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -168,6 +172,39 @@ func (s loadSpec) run(ctx context.Context) (loadResult, error) {
 		return loadResult{}, errors.New("no operation completed within the measured time")
 	}
 	return loadResult{ops: len(all), elapsed: s.duration, lat: all}, nil
+}
+
+// sessionWait bounds how long a client may take to open its session:
+// many clients opening theirs at once on a slow machine (the emulated
+// one of scripts/coord-bench.sh) may need several attempts.
+const sessionWait = 2 * time.Minute
+
+// waitSession waits until the client whose events these are has a
+// session. Requests made before would fail if the first connection
+// attempt did: go-zookeeper/zk fails what it queued (ErrNoServer) each
+// time it goes round its server list, even with a single server, and
+// tries again a second later.
+func waitSession(ctx context.Context, events <-chan zk.Event, d time.Duration) error {
+	timeout := time.After(d)
+	last := zk.StateDisconnected
+	for {
+		select {
+		case ev := <-events:
+			if ev.Type != zk.EventSession {
+				continue
+			}
+			if last = ev.State; last == zk.StateHasSession {
+				return nil
+			}
+			if last == zk.StateExpired || last == zk.StateAuthFailed {
+				return fmt.Errorf("session: %v", last)
+			}
+		case <-timeout:
+			return fmt.Errorf("no session within %v (last state %v)", d, last)
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
 }
 
 // znode is client i's znode.
