@@ -345,7 +345,7 @@ func (r *Replica) execute(e *entry) {
 		r.out = append(r.out, Envelope{To: ToClient(req.Client), Msg: rep})
 	}
 	r.lastExec = e.seq
-	r.vcBackoff = 0 // progress: view-change timeouts are back to their base
+	r.calmDown()
 	r.committed = append(r.committed, Committed{View: e.cView, Seq: e.seq, Digest: e.cDigest, Batch: e.batch, Time: ctx.Time, Proposed: e.cTime})
 	r.reqTimer = 0
 	r.fetchTimer = 0

@@ -89,9 +89,11 @@ type Replica struct {
 	ckBySender map[ReplicaID][]uint64
 
 	// View change.
-	vcs         map[ReplicaID]*ViewChange // each replica's highest valid one
-	vcTimer     int
-	vcBackoff   uint
+	vcs       map[ReplicaID]*ViewChange // each replica's highest valid one
+	vcTimer   int
+	vcBackoff uint
+	// calm counts the batches executed since vcBackoff last changed.
+	calm        uint64
 	nvSent      bool
 	lastNewView *NewView
 	viewMinS    uint64 // min-s of the current view's new view
@@ -457,7 +459,7 @@ func (r *Replica) Tick() {
 		}
 	}
 	if !r.viewChanging && r.tickRequestTimer() {
-		r.vcBackoff++
+		r.backOff()
 		r.startViewChange(r.view + 1)
 	}
 	r.tickFetch()

@@ -242,11 +242,16 @@ func (r *Replica) onRequest(req *Request, fromClient, authFirst bool) error {
 // primary whose own log stalls votes for a new view too: without it, a
 // view where fewer than a quorum still take part (the others moved on)
 // would wait forever. A replica behind a known stable checkpoint waits for
-// state, not for the primary, so neither its log nor its requests are
-// timed meanwhile: a state that takes longer than the timeout to arrive
-// must not make it leave, alone, the view the others are in.
-// Both timeouts are RequestTicks, doubled for each view change without
-// execution since, up to 16 times.
+// state, not for the primary, so its requests are not timed meanwhile, nor
+// its log while a state transfer brings chunks (one came within the
+// timeout): a state that takes longer than the timeout to arrive must not
+// make it leave, alone, the view the others are in. Its log is timed
+// otherwise: a laggard that cannot fetch the state it knows of (only a
+// liar made it stable for it) must still be able to vote for a view
+// change the others need.
+// Both timeouts are RequestTicks, doubled for each view change a timeout
+// started, up to 16 times, and halved again after CheckpointInterval
+// batches executed at one level (see backOff).
 //
 // A held request that waits that long for an earlier request of its
 // client that this replica never saw is not timed against the primary
@@ -260,8 +265,8 @@ func (r *Replica) tickRequestTimer() bool {
 		r.timedView, r.viewSince = r.view, r.now
 	}
 	limit := uint64(r.cfg.RequestTicks) << min(r.vcBackoff, maxBackoff)
-	if r.target > r.lastExec {
-		// Behind a stable checkpoint: the log waits for the state.
+	if f := r.fetch; f != nil && r.now-f.lastChunk < limit {
+		// A state transfer that makes progress: the log waits for it.
 		r.reqTimer = 0
 		return false
 	}
@@ -272,6 +277,9 @@ func (r *Replica) tickRequestTimer() bool {
 		}
 	} else {
 		r.reqTimer = 0
+	}
+	if r.target > r.lastExec {
+		return false
 	}
 	since, ok, waitSince, waiting := r.oldestUnproposed()
 	if waiting && r.now-max(waitSince, r.viewSince, r.lagFetch) >= limit {

@@ -50,6 +50,8 @@ type stateFetch struct {
 	have   []bool // the chunks in buf
 	left   int    // the chunks not in buf
 	next   uint64 // the lowest chunk never asked for
+	// lastChunk is the tick the fetch started or last got a chunk.
+	lastChunk uint64
 	// retry holds chunks asked for and not received, to ask again.
 	retry []uint64
 	// asked maps the chunks outstanding to their source.
@@ -126,6 +128,17 @@ func (f *stateFetch) nextMissing() (uint64, bool) {
 	return 0, false
 }
 
+// progressed reports whether a source sent a valid chunk since the fetch
+// last stalled.
+func (f *stateFetch) progressed() bool {
+	for _, s := range f.sources {
+		if s.answered {
+			return true
+		}
+	}
+	return false
+}
+
 // stalled takes back every outstanding request, to ask again, and marks
 // the sources that had some outstanding and sent nothing as silent.
 func (f *stateFetch) stalled() {
@@ -182,7 +195,7 @@ func (r *Replica) tickFetch() {
 		return
 	}
 	r.fetchTimer = 0
-	if f := r.fetch; f != nil && f.seq == r.target {
+	if f := r.fetch; f != nil && (f.seq == r.target || f.progressed()) {
 		// The sources stopped answering: ask again, of those that
 		// answered before.
 		f.stalled()
@@ -191,8 +204,11 @@ func (r *Replica) tickFetch() {
 			return
 		}
 	} else {
-		// A fetch of an older checkpoint that stalled is dropped: its
-		// servers have moved on.
+		// A fetch of an older checkpoint that stalled with no chunk
+		// since it last stalled is dropped: its servers have moved on.
+		// (One whose sources answer goes on: a source that stopped,
+		// a liar among them, must not cost the chunks the others
+		// sent.)
 		r.fetch = nil
 	}
 	seq := r.lastExec
@@ -278,7 +294,7 @@ func (r *Replica) onState(m *State) error {
 	}
 	chunks := len(m.Chunks)
 	f := &stateFetch{seq: m.Seq, digest: d, cert: cert, m: m, buf: make([]byte, m.Length),
-		have: make([]bool, chunks), left: chunks, asked: make(map[uint64]ReplicaID)}
+		have: make([]bool, chunks), left: chunks, asked: make(map[uint64]ReplicaID), lastChunk: r.now}
 	f.addSource(m.Replica)
 	for i := range cert {
 		if cert[i].Replica != r.id {
@@ -396,6 +412,7 @@ func (r *Replica) onChunk(m *Chunk) error {
 	copy(want, m.Data)
 	f.have[m.Index] = true
 	f.left--
+	f.lastChunk = r.now
 	r.stats.Chunks++
 	r.fetchTimer = 0
 	if src != nil {

@@ -5,6 +5,32 @@ import (
 	"sort"
 )
 
+// backOff doubles the request and view-change timeouts, up to
+// 2^maxBackoff times their base, after a timeout that starts a view
+// change.
+func (r *Replica) backOff() {
+	r.vcBackoff++
+	r.calm = 0
+}
+
+// calmDown counts an executed batch, and halves the timeouts again after
+// CheckpointInterval batches at one level. PBFT returns them to their
+// base once a request executes; but on machines or networks slower than
+// the base timeout now and then (an emulated CPU), that starts a view
+// change at the next slow request, and the cluster changes views over and
+// over with little done between them (TestSlowNetworkSettles). Kept a
+// while, the doubled timeout covers the slow requests; a faulty primary
+// is still replaced, within the doubled timeout.
+func (r *Replica) calmDown() {
+	if r.vcBackoff == 0 {
+		return
+	}
+	if r.calm++; r.calm >= r.cfg.CheckpointInterval {
+		r.vcBackoff--
+		r.calm = 0
+	}
+}
+
 // startViewChange moves this replica to view w (> its view) and votes for
 // it. From now on it takes no normal-case messages of older views.
 func (r *Replica) startViewChange(w uint64) {
@@ -135,7 +161,7 @@ func (r *Replica) tickViewChange() {
 		shift = maxBackoff
 	}
 	if r.vcTimer >= r.cfg.ViewChangeTicks<<shift {
-		r.vcBackoff++
+		r.backOff()
 		r.startViewChange(r.view + 1)
 	}
 }
@@ -258,10 +284,9 @@ func (r *Replica) enterView(nv *NewView, minS uint64, minCert []Checkpoint) {
 	r.persist(RecNewView, nv)
 	r.view = nv.View
 	r.viewChanging = false
-	// vcBackoff stays: as in PBFT, the doubled timeout holds until a
-	// request executes in the new view, so a view that is entered but
-	// makes no progress (peers still verifying a large new view on slow
-	// machines) waits longer before the next view change.
+	// vcBackoff stays (see backOff): a view that is entered but makes no
+	// progress (peers still verifying a large new view on slow machines)
+	// waits longer before the next view change.
 	r.reqTimer, r.vcTimer, r.batchTimer = 0, 0, 0
 	r.lastNewView = nv
 	r.viewMinS = minS
