@@ -275,7 +275,7 @@ type sample = benchkit.OpsSample
 func (c *cluster) bench(ctx context.Context, l *benchkit.Launcher, cfg config, clients, size int) (sample, error) {
 	for i, r := range c.replicas {
 		if !r.Running() {
-			return sample{}, fmt.Errorf("replica %d exited: %s", i, r.Stderr.Brief())
+			return sample{}, fmt.Errorf("replica %d exited: %s", i, r.Stderr.Last())
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)

@@ -48,22 +48,18 @@ func (s *system) stop() {
 	}
 }
 
-// check reports a process of s that has exited.
+// check reports a process of s that has exited, with what it said last.
 func (s *system) check() error {
 	for i, p := range s.procs {
 		if !p.Running() {
-			return fmt.Errorf("%s process %d exited: %s", s.name, i, brief(p))
+			last := p.Stderr.Last()
+			if last == "" {
+				last = p.Stdout.Last()
+			}
+			return fmt.Errorf("%s process %d exited: %s", s.name, i, last)
 		}
 	}
 	return nil
-}
-
-// brief says what a process last said, from either output.
-func brief(p *benchkit.Server) string {
-	if b := p.Stderr.Brief(); b != "(no output)" {
-		return b
-	}
-	return p.Stdout.Brief()
 }
 
 // startSystem starts the named system with its files in dir, and waits

@@ -3,6 +3,7 @@ package benchkit
 import (
 	"bytes"
 	"encoding/xml"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -230,6 +231,13 @@ func TestWatcher(t *testing.T) {
 	}
 	if got := w.Brief(); got != "echo: it broke" {
 		t.Errorf("Brief() = %q", got)
+	}
+	for i := range watcherKeep {
+		fmt.Fprintf(w, "line %d\n", i)
+	}
+	io.WriteString(w, "replica: wal: disk full\n\n")
+	if got := w.Last(); got != "replica: wal: disk full" {
+		t.Errorf("Last() = %q", got)
 	}
 	if got := w.String(); !strings.HasPrefix(got, "noise\nlistening on") {
 		t.Errorf("String() = %q", got)

@@ -164,6 +164,7 @@ type Watcher struct {
 	mu      sync.Mutex
 	partial []byte
 	lines   []string
+	last    string // the last non-empty line, kept or not
 	sent    bool
 }
 
@@ -197,6 +198,9 @@ func (w *Watcher) Write(p []byte) (int, error) {
 				w.sent = true
 			}
 		}
+		if strings.TrimSpace(line) != "" {
+			w.last = line
+		}
 		if len(w.lines) < watcherKeep {
 			w.lines = append(w.lines, line)
 		}
@@ -214,6 +218,17 @@ func (w *Watcher) String() string {
 	}
 	b.Write(w.partial)
 	return b.String()
+}
+
+// Last returns the last non-empty line written (an unfinished one too),
+// trimmed: what a process that exited said last, usually why.
+func (w *Watcher) Last() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if p := strings.TrimSpace(string(w.partial)); p != "" {
+		return p
+	}
+	return strings.TrimSpace(w.last)
 }
 
 // Brief returns the first line of output that says what went wrong:
