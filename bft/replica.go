@@ -91,7 +91,7 @@ type Replica struct {
 	// View change.
 	vcs       map[ReplicaID]*ViewChange // each replica's highest valid one
 	vcTimer   int
-	vcBackoff uint
+	vcBackoff uint // at most maxBackoff
 	// calm counts the batches executed since vcBackoff last changed.
 	calm        uint64
 	nvSent      bool

@@ -264,7 +264,7 @@ func (r *Replica) tickRequestTimer() bool {
 	if r.view != r.timedView {
 		r.timedView, r.viewSince = r.view, r.now
 	}
-	limit := uint64(r.cfg.RequestTicks) << min(r.vcBackoff, maxBackoff)
+	limit := uint64(r.cfg.RequestTicks) << r.vcBackoff
 	if f := r.fetch; f != nil && r.now-f.lastChunk < limit {
 		// A state transfer that makes progress: the log waits for it.
 		r.reqTimer = 0

@@ -9,7 +9,10 @@ import (
 // 2^maxBackoff times their base, after a timeout that starts a view
 // change.
 func (r *Replica) backOff() {
-	r.vcBackoff++
+	// Capped here, not only where it is used: each level takes
+	// CheckpointInterval batches to undo, so levels beyond the cap would
+	// hold the timeouts at the cap long after a long outage.
+	r.vcBackoff = min(r.vcBackoff+1, maxBackoff)
 	r.calm = 0
 }
 
@@ -156,11 +159,7 @@ func (r *Replica) tickViewChange() {
 		return
 	}
 	r.vcTimer++
-	shift := r.vcBackoff
-	if shift > maxBackoff {
-		shift = maxBackoff
-	}
-	if r.vcTimer >= r.cfg.ViewChangeTicks<<shift {
+	if r.vcTimer >= r.cfg.ViewChangeTicks<<r.vcBackoff {
 		r.backOff()
 		r.startViewChange(r.view + 1)
 	}
