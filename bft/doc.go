@@ -176,7 +176,7 @@
 // ever had a request executed; it is replicated state, so it is not
 // trimmed further. State
 // transfer: at most one fetch, its buffer at most MaxStateBytes; per peer,
-// at most 4 MiB of chunks served and a tick's worth of chunk requests
-// waiting per tick; served chunks alias the state bytes of the replica's
+// at most 4 MiB (and 64 chunks) served and a tick's worth of chunk
+// requests waiting per tick; served chunks alias the state bytes of the replica's
 // own checkpoints.
 package bft

@@ -29,7 +29,7 @@ import (
 // A replica serves chunks from the state bytes of its own checkpoints,
 // which it holds anyway: a chunk is a slice of them, nothing is
 // re-encoded. It sends each peer at most chunkBytesPerTick (at least one
-// chunk) per tick; requests beyond that wait for the next tick, at most a
+// chunk, at most maxChunksPerTick) per tick; requests beyond that wait for the next tick, at most a
 // tick's worth per peer (the latest).
 
 // chunkBytesPerTick bounds the chunk bytes a replica sends one peer per
@@ -37,8 +37,16 @@ import (
 // fetching replica has as many bytes outstanding at each source.
 const chunkBytesPerTick = 4 << 20
 
-// chunksPerTick is chunkBytesPerTick in chunks.
-func (r *Replica) chunksPerTick() int { return max(1, chunkBytesPerTick/r.cfg.StateChunkBytes) }
+// maxChunksPerTick bounds the chunks a tick's worth holds, so that small
+// chunks do not make a peer's waiting requests, or the messages it can
+// ask for per tick, many thousands.
+const maxChunksPerTick = 64
+
+// chunksPerTick is chunkBytesPerTick in chunks, at least one and at most
+// maxChunksPerTick.
+func (r *Replica) chunksPerTick() int {
+	return min(maxChunksPerTick, max(1, chunkBytesPerTick/r.cfg.StateChunkBytes))
+}
 
 // stateFetch is the state transfer in progress: at most one.
 type stateFetch struct {
