@@ -37,6 +37,15 @@ type Config struct {
 	// SweepInterval is how often, in agreed milliseconds, empty container
 	// nodes and expired TTL nodes are deleted (default 1000).
 	SweepInterval int64
+	// Outage is the longest gap, in agreed milliseconds, between two
+	// executed ops that the App takes for a quiet service (default half
+	// of Tree.MinSessionTimeout). A longer gap is an outage, in which no
+	// client could renew its session: as ZooKeeper gives every session a
+	// fresh timeout when a new leader takes over, the gap is added to
+	// every session's deadline. A gateway keeps the gaps shorter while it
+	// serves sessions (see coord/gateway), so that a quiet service still
+	// expires its dead clients' sessions on time.
+	Outage int64
 	// Clients are the cluster's client identities. A gateway whose number
 	// is one of them is notified (bft.ExecContext.Notify) when events wait
 	// for its sessions; the others only find them by polling. Only the
@@ -83,8 +92,9 @@ type App struct {
 	// the current Execute.
 	woken []*session
 	// nextExpire and nextSweep are the agreed times of the next look for
-	// expired sessions and of the next sweep.
-	nextExpire, nextSweep int64
+	// expired sessions and of the next sweep; last is the agreed time of
+	// the last op executed (0: none yet).
+	nextExpire, nextSweep, last int64
 }
 
 // session is what the App keeps of a session besides the tree's view.
@@ -104,6 +114,9 @@ var (
 func New(cfg Config) *App {
 	cfg = cfg.normalized()
 	a := &App{cfg: cfg, tree: tree.New(cfg.Tree), sessions: make(map[int64]*session), notified: make(map[int64]bool)}
+	if a.cfg.Outage <= 0 {
+		a.cfg.Outage = int64(a.tree.Config().MinSessionTimeout / 2)
+	}
 	for _, id := range cfg.Clients {
 		a.notified[int64(id)] = true
 	}
@@ -116,7 +129,9 @@ func (a *App) Tree() *tree.Tree { return a.tree }
 
 // Execute runs one op a gateway built with ConnectOp, RequestOp or PollOp
 // and returns its result for the matching Parse function. Before the op
-// it ends the sessions whose deadline passed at ctx.Time and sweeps
+// it postpones every session's deadline by the gap since the last op if
+// that was an outage (Config.Outage), ends the sessions whose deadline
+// passed at ctx.Time and sweeps
 // container and TTL nodes (see Config). Each write takes the zxid after
 // the tree's last, so zxids follow the agreed order of (ctx.Seq,
 // ctx.Index) without gaps; ctime, mtime and session deadlines come from
@@ -241,6 +256,10 @@ func (a *App) Query(_ bft.QueryContext, b []byte) []byte {
 func (a *App) nextZxid() int64 { return a.tree.LastZxid() + 1 }
 
 func (a *App) housekeep(now int64) {
+	if a.last != 0 && now-a.last > a.cfg.Outage {
+		a.tree.Postpone(now - a.last)
+	}
+	a.last = now
 	if now >= a.nextExpire {
 		a.nextExpire = now + a.cfg.ExpireInterval
 		if len(a.tree.Expired(now)) > 0 {

@@ -242,6 +242,45 @@ func TestExpiryAtAgreedTime(t *testing.T) {
 	}
 }
 
+// TestOutageIsNotCounted checks Config.Outage: a gap in agreed time
+// longer than half the shortest session timeout, in which nothing was
+// ordered, does not count against sessions, also in an App restored from
+// a snapshot taken before it; gaps of a gateway's heartbeat do, and a
+// session nobody renews still expires on time.
+func TestOutageIsNotCounted(t *testing.T) {
+	h := newHarness(t, 1)
+	live := h.connect(0, "live", 4000).Session
+	dead := h.connect(0, "dead", 4000).Session
+	h.advance(time.Second)
+	h.poll(live)
+
+	c := coord.New(coord.Config{})
+	if err := c.Restore(h.apps[0].Snapshot()); err != nil {
+		t.Fatal(err)
+	}
+	h.apps = append(h.apps, c)
+	h.advance(10 * time.Second)
+	if rs := h.poll(live, dead); rs[0].Status != coord.StatusOK || rs[1].Status != coord.StatusOK {
+		t.Fatalf("after an outage of 10s: %v, %v", rs[0].Status, rs[1].Status)
+	}
+	// dead was renewed by that poll; live is, every heartbeat, and dead is
+	// not: it expires its timeout later.
+	for i := range 3 {
+		h.advance(time.Second)
+		if rs := h.poll(live); rs[0].Status != coord.StatusOK {
+			t.Fatalf("live after %ds: %v", i+1, rs[0].Status)
+		}
+	}
+	if _, ok := h.apps[1].Tree().Session(dead); !ok {
+		t.Fatal("dead expired before its timeout")
+	}
+	h.advance(time.Second)
+	h.poll(live)
+	if rs := h.poll(dead); rs[0].Status != coord.StatusExpired {
+		t.Fatalf("dead 4s after its last renewal: %v", rs[0].Status)
+	}
+}
+
 func TestAuthAndMulti(t *testing.T) {
 	h := newHarness(t, 2)
 	a := h.connect(0, "a", 10000).Session
@@ -332,6 +371,18 @@ func TestSnapshotRestore(t *testing.T) {
 		t.Fatalf("queued event after restore: %+v", fs)
 	}
 	h.do(a, 3, proto.OpDelete, &proto.DeleteRequest{Path: "/n", Version: -1})
+
+	// Version 1 lacked the agreed time of the last op, after the version
+	// and the times of the next expiry look and sweep.
+	v1 := append([]byte{0, 0, 0, 1}, snap[4:20]...)
+	v1 = append(v1, snap[28:]...)
+	old := coord.New(coord.Config{})
+	if err := old.Restore(v1); err != nil {
+		t.Fatalf("restoring a version 1 snapshot: %v", err)
+	}
+	if got := old.Snapshot(); !bytes.Equal(got[28:], snap[28:]) || !bytes.Equal(got[20:28], make([]byte, 8)) {
+		t.Fatal("a version 1 snapshot restored differs")
+	}
 
 	for _, bad := range [][]byte{nil, snap[:len(snap)-1], append(append([]byte{}, snap...), 0)} {
 		if err := c.Restore(bad); !errors.Is(err, coord.ErrSnapshot) {

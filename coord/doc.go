@@ -37,7 +37,8 @@
 // (bft.ExecContext.Time), never from a replica's clock; before each op the
 // App ends the sessions whose deadline that time passed (see
 // Config.ExpireInterval) and sweeps empty containers and expired TTL
-// nodes.
+// nodes. A gap between two ops longer than Config.Outage is taken for an
+// outage and added to every session's deadline.
 //
 // # Watch events
 //

@@ -10,20 +10,22 @@ import (
 	"github.com/rubin-go/rubin/coord/tree"
 )
 
-// snapshotVersion starts every snapshot.
-const snapshotVersion int32 = 1
+// snapshotVersion starts every snapshot. Version 1 lacked the agreed
+// time of the last op; Restore still reads it.
+const snapshotVersion int32 = 2
 
 // ErrSnapshot is wrapped by the errors of Restore.
 var ErrSnapshot = errors.New("coord: bad snapshot")
 
 // Snapshot encodes the App's state canonically: the agreed times of the
-// next expiry look and sweep, every session's gateway and queued events in
+// next expiry look and sweep and of the last op, every session's gateway and queued events in
 // id order, then the tree's own snapshot.
 func (a *App) Snapshot() []byte {
 	e := proto.NewEncoder(nil)
 	e.Int32(snapshotVersion)
 	e.Int64(a.nextExpire)
 	e.Int64(a.nextSweep)
+	e.Int64(a.last)
 	ids := slices.Sorted(maps.Keys(a.sessions))
 	e.Int32(int32(len(ids)))
 	for _, id := range ids {
@@ -43,10 +45,14 @@ func (a *App) Snapshot() []byte {
 // unchanged.
 func (a *App) Restore(b []byte) error {
 	d := proto.NewDecoder(b)
-	if v := d.Int32(); v != snapshotVersion && d.Err() == nil {
+	v := d.Int32()
+	if v != 1 && v != snapshotVersion && d.Err() == nil {
 		return fmt.Errorf("%w: version %d", ErrSnapshot, v)
 	}
-	nextExpire, nextSweep := d.Int64(), d.Int64()
+	nextExpire, nextSweep, lastOp := d.Int64(), d.Int64(), int64(0)
+	if v >= 2 {
+		lastOp = d.Int64()
+	}
 	n := d.Int32()
 	if n < 0 || int(n)*21 > d.Len() {
 		return fmt.Errorf("%w: %d sessions in %d bytes", ErrSnapshot, n, len(b))
@@ -85,6 +91,6 @@ func (a *App) Restore(b []byte) error {
 	if !slices.Equal(t.Sessions(), slices.Sorted(maps.Keys(sessions))) {
 		return fmt.Errorf("%w: sessions differ from the tree's", ErrSnapshot)
 	}
-	a.tree, a.sessions, a.queued, a.nextExpire, a.nextSweep = t, sessions, queued, nextExpire, nextSweep
+	a.tree, a.sessions, a.queued, a.nextExpire, a.nextSweep, a.last = t, sessions, queued, nextExpire, nextSweep, lastOp
 	return nil
 }

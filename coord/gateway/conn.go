@@ -112,7 +112,10 @@ func (c *conn) handshake() error {
 		}
 	}
 	ctx, cancel := context.WithTimeout(c.srv.ctx, cfg.HandshakeTimeout)
-	res, err := cfg.Invoker.Invoke(ctx, coord.ConnectOp(cfg.ID, req.SessionID, passwd, req.TimeOut))
+	// The session's deadline runs from the op's agreed time, which is
+	// after start: the renewals are timed from start.
+	start := time.Now()
+	res, err := c.srv.order(ctx, coord.ConnectOp(cfg.ID, req.SessionID, passwd, req.TimeOut))
 	cancel()
 	if err != nil {
 		return err
@@ -134,7 +137,7 @@ func (c *conn) handshake() error {
 		return fmt.Errorf("connect to session %#x: %v", req.SessionID, r.Status)
 	}
 	c.session, c.timeout = r.Session, time.Duration(r.Timeout)*time.Millisecond
-	c.touched.Store(time.Now().UnixNano())
+	c.touched.Store(start.UnixNano())
 	if !c.srv.bind(c) {
 		return ErrClosed
 	}
@@ -291,11 +294,12 @@ func (c *conn) run(req request) (coord.SessionResult, error) {
 			return r, err
 		}
 	}
-	res, err := cfg.Invoker.Invoke(c.srv.ctx, op)
+	start := time.Now()
+	res, err := c.srv.order(c.srv.ctx, op)
 	if err != nil {
 		return coord.SessionResult{}, err
 	}
-	c.touched.Store(time.Now().UnixNano())
+	c.touched.Store(start.UnixNano())
 	return coord.ParseRequestResult(res)
 }
 

@@ -53,7 +53,11 @@
 // events wait (Config.Notified, Server.Note), every Config.PollInterval
 // for the sessions that may hold watches, and every third of its timeout
 // for each session. A poll takes a session's turn, as a request does, so
-// events and replies reach the client in the replicas' order.
+// events and replies reach the client in the replicas' order. While it
+// serves sessions the gateway has an op ordered at least every second, a
+// poll of no session if nothing else, so that a longer gap in agreed time
+// is an outage the replicas do not count against sessions
+// (coord.Config.Outage).
 //
 // Memory is bounded per connection: the requests waiting
 // (Config.MaxPending bytes; past it the gateway stops reading from the

@@ -100,6 +100,9 @@ type Server struct {
 	// says a notification was lost or named no session: poll them all.
 	wake    chan struct{}
 	noteAll atomic.Bool
+	// lastOrder is when the gateway last sent an op to be ordered
+	// (UnixNano), for the heartbeat.
+	lastOrder atomic.Int64
 
 	mu        sync.Mutex
 	closed    bool
@@ -315,7 +318,11 @@ func (s *Server) pollOnce(tick bool) {
 			}
 		}
 	}
+	serving := len(s.sessions) > 0
 	s.mu.Unlock()
+	if len(due) == 0 && serving && now.Sub(time.Unix(0, s.lastOrder.Load())) >= heartbeat {
+		s.poll(nil, now)
+	}
 	for len(due) > 0 {
 		n := min(len(due), maxPoll)
 		s.poll(due[:n], now)
@@ -325,6 +332,19 @@ func (s *Server) pollOnce(tick bool) {
 
 // maxPoll bounds the sessions of one poll, so that the op stays small.
 const maxPoll = 4096
+
+// heartbeat is how often, at least, a gateway that serves sessions has an
+// op ordered: a poll of no session when it has nothing else to order.
+// The gaps in agreed time then stay well under coord.Config.Outage (by
+// default half the shortest session timeout, 2s), and a longer gap is an
+// outage that no session's deadline counts.
+const heartbeat = time.Second
+
+// order has op ordered by the replicas.
+func (s *Server) order(ctx context.Context, op []byte) ([]byte, error) {
+	s.lastOrder.Store(time.Now().UnixNano())
+	return s.cfg.Invoker.Invoke(ctx, op)
+}
 
 // poll polls sessions whose turns it holds, and releases them.
 func (s *Server) poll(due []*conn, now time.Time) {
@@ -337,7 +357,7 @@ func (s *Server) poll(due []*conn, now time.Time) {
 	for i, c := range due {
 		ids[i] = c.session
 	}
-	res, err := s.cfg.Invoker.Invoke(s.ctx, coord.PollOp(s.cfg.ID, ids))
+	res, err := s.order(s.ctx, coord.PollOp(s.cfg.ID, ids))
 	if err != nil {
 		if s.ctx.Err() == nil {
 			s.cfg.Logger.Warn("poll failed", "err", err)

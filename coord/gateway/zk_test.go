@@ -569,3 +569,48 @@ func TestReadOnlyPath(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionsOutliveAnOutage stops half the replicas for three session
+// timeouts while a client waits on a request. As in ZooKeeper, where a
+// new leader gives every session a fresh timeout, time in which the
+// service could order nothing does not count against sessions: the
+// request then succeeds, and the session and its ephemeral node are
+// still there.
+func TestSessionsOutliveAnOutage(t *testing.T) {
+	tc := newClusterWith(t, nil, tempDirs(t, 4))
+	const timeout = 4 * time.Second // coord's shortest
+	c := tc.connect(timeout)
+	id := c.SessionID()
+	must(c.Create("/eph", nil, zk.FlagEphemeral, open))
+	must(c.Create("/n", []byte("0"), 0, open))
+
+	tc.crash(2)
+	tc.crash(3)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Set("/n", []byte("1"), -1)
+		done <- err
+	}()
+	time.Sleep(3 * timeout)
+	select {
+	case err := <-done:
+		t.Fatalf("setData answered without a quorum: %v", err)
+	default:
+	}
+	tc.restart(2)
+	tc.restart(3)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("setData in flight during the outage: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("setData did not finish 30s after the outage")
+	}
+	if c.SessionID() != id {
+		t.Fatalf("session %#x after the outage, was %#x", c.SessionID(), id)
+	}
+	if ok, st := must2(c.Exists("/eph")); !ok || st.EphemeralOwner != id {
+		t.Fatalf("the ephemeral node after the outage: %v %+v", ok, st)
+	}
+}

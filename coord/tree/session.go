@@ -95,6 +95,15 @@ func (t *Tree) Touch(session int64, now int64) error {
 	return nil
 }
 
+// Postpone adds d milliseconds to every session's deadline: agreed time
+// in which the service could order nothing, so that no client could renew
+// its session (see coord.Config.Outage).
+func (t *Tree) Postpone(d int64) {
+	for _, s := range t.sessions {
+		s.deadline += d
+	}
+}
+
 // Reconnect checks a client's reconnect to a session with its password
 // and touches the session. A wrong password or a session that is gone
 // fails with CodeSessionExpired, ZooKeeper's answer to both.

@@ -229,6 +229,9 @@ func (t *Tree) unlink(parent, name string) {
 // not (ZooKeeper logs failed writes too).
 func (t *Tree) LastZxid() int64 { return t.lastZxid }
 
+// Config returns the tree's configuration, defaults filled in.
+func (t *Tree) Config() Config { return t.cfg }
+
 // begin starts a write: it checks and takes the zxid, then finds the
 // session.
 func (t *Tree) begin(w Write) (*session, error) {
