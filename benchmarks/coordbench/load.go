@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -128,7 +129,7 @@ func (s loadSpec) run(ctx context.Context) (loadResult, error) {
 	if err := waitGroup(ctx, &wg, sessionWait+time.Minute); err != nil {
 		return loadResult{}, fmt.Errorf("creating the znodes: %w", err)
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err := clientsFailed(errs); err != nil {
 		return loadResult{}, err
 	}
 
@@ -163,7 +164,7 @@ func (s loadSpec) run(ctx context.Context) (loadResult, error) {
 	if err := waitGroup(ctx, &wg, s.warmup+s.duration+time.Minute); err != nil {
 		return loadResult{}, fmt.Errorf("running: %w", err)
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err := clientsFailed(errs); err != nil {
 		return loadResult{}, err
 	}
 	all := slices.Concat(lats...)
@@ -172,6 +173,23 @@ func (s loadSpec) run(ctx context.Context) (loadResult, error) {
 		return loadResult{}, errors.New("no operation completed within the measured time")
 	}
 	return loadResult{ops: len(all), elapsed: s.duration, lat: all}, nil
+}
+
+// clientsFailed sums up the clients' errors on one line, the first
+// client's in full: the caller reports a failed run by its last line.
+func clientsFailed(errs []error) error {
+	var first error
+	n := 0
+	for _, err := range errs {
+		if err != nil {
+			first = cmp.Or(first, err)
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d of %d clients failed, the first: %w", n, len(errs), first)
 }
 
 // sessionWait bounds how long a client may take to open its session:
