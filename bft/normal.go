@@ -421,9 +421,11 @@ func (r *Replica) answerLaggard(to ReplicaID, e *entry) {
 	r.resendCommitted(to, 0)
 }
 
-// resendCommitted sends replica to this replica's own pre-prepare or
-// prepare, and commit, for every slot above seq it committed in this
-// view, in sequence order. At most once per FetchTicks per peer.
+// resendCommitted sends replica to this replica's own pre-prepare (if it
+// was the slot's primary) or prepare, and commit, for every slot above
+// seq that it sent a commit for, in the slot's view and sequence order:
+// only what it sent before, so also while it changes views. A peer in
+// another view drops them as stale. At most once per FetchTicks per peer.
 func (r *Replica) resendCommitted(to ReplicaID, above uint64) {
 	if last, ok := r.lastAnswer[to]; ok && r.now-last < uint64(r.cfg.FetchTicks) {
 		return
@@ -431,14 +433,14 @@ func (r *Replica) resendCommitted(to ReplicaID, above uint64) {
 	r.lastAnswer[to] = r.now
 	seqs := make([]uint64, 0, len(r.log))
 	for s, e := range r.log {
-		if s > above && e.view == r.view && e.pp != nil && e.sentCommit {
+		if s > above && e.pp != nil && e.sentCommit {
 			seqs = append(seqs, s)
 		}
 	}
 	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
 	for _, s := range seqs {
 		e := r.log[s]
-		if r.isPrimary() {
+		if r.id == r.primary(e.view) {
 			if !batchMissing(e.pp.Digest, e.pp.Batch) {
 				r.send(to, e.pp)
 			}

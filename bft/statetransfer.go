@@ -238,8 +238,10 @@ func (r *Replica) tickFetch() {
 // stable checkpoint if it is beyond what the requester executed, with the
 // new view of our view, so a replica that missed view changes (or
 // restarted) learns the view with proof, and with our messages for the
-// slots above what it executed that we committed in this view (see
-// tickResend). At most once per tick per peer.
+// slots above what it executed that we sent commits for (resendCommitted),
+// also while we change views: a replica that lags in the view we are
+// leaving may need our pre-prepares to execute, and then to hold the
+// requests it would time. At most once per tick per peer.
 func (r *Replica) onFetchState(m *FetchState) error {
 	if last, ok := r.lastServe[m.Replica]; ok && last == r.now {
 		return fmt.Errorf("%w: second fetch of replica %d in one tick", ErrDuplicate, m.Replica)
@@ -260,7 +262,7 @@ func (r *Replica) onFetchState(m *FetchState) error {
 	if r.lastNewView != nil && !r.viewChanging {
 		r.send(m.Replica, r.lastNewView)
 	}
-	if m.Seq < r.lastExec && !r.viewChanging {
+	if m.Seq < r.lastExec {
 		r.resendCommitted(m.Replica, m.Seq)
 	}
 	return nil
