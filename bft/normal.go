@@ -132,6 +132,7 @@ func (r *Replica) onPrePrepare(src ReplicaID, pp *PrePrepare) error {
 		return fmt.Errorf("%w: pre-prepare conflicts with the batch committed at seq %d", ErrForged, pp.Seq)
 	}
 	if err := r.checkTime(e, pp); err != nil {
+		r.untimely = r.now
 		return err
 	}
 	r.acceptPrePrepare(e, pp)

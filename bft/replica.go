@@ -79,6 +79,9 @@ type Replica struct {
 	timedView uint64
 	viewSince uint64
 	lagFetch  uint64 // tick a request held out of order last made us fetch
+	// untimely is the tick this replica last refused a pre-prepare of its
+	// view above what it executed for its time (0: never).
+	untimely uint64
 	// Retransmission timers: for slots that stall, and for our view change.
 	stallTimer int
 	vcResend   int

@@ -259,7 +259,12 @@ func (r *Replica) onRequest(req *Request, fromClient, authFirst bool) error {
 // (a client sends its next request once f+1 replicas answered the
 // previous one): the replica asks its peers for them (FetchState), at
 // most once per timeout. What they send puts the slots in its log, where
-// the log timer judges the primary as usual.
+// the log timer judges the primary as usual. If it cannot take what they
+// send, because it refused a pre-prepare of its view for the time it
+// proposes within the last timeout (an old slot resent, too far from its
+// clock, that too few peers vouch for), the waiting request is timed
+// after all: only a view change, whose certificates need no clock, brings
+// those slots.
 func (r *Replica) tickRequestTimer() bool {
 	if r.view != r.timedView {
 		r.timedView, r.viewSince = r.view, r.now
@@ -287,7 +292,12 @@ func (r *Replica) tickRequestTimer() bool {
 		r.stats.Fetches++
 		r.broadcast(&FetchState{Seq: r.lastExec, Replica: r.id})
 	}
-	return ok && r.now-max(since, r.viewSince) >= limit
+	if ok && r.now-max(since, r.viewSince) >= limit {
+		return true
+	}
+	// The slots it lacks came, but with times it refused.
+	untimely := r.untimely != 0 && r.now-r.untimely < limit
+	return waiting && untimely && r.now-max(waitSince, r.viewSince) >= limit
 }
 
 // propose assigns sequence numbers to held requests. With fewer than

@@ -235,7 +235,8 @@ func (r *Replica) tickFetch() {
 }
 
 // onFetchState answers a replica that is behind: with the manifest of our
-// stable checkpoint if it is beyond what the requester executed, with the
+// stable checkpoint if it is at or beyond what the requester executed (at
+// it, the certificate may be news to it), with the
 // new view of our view, so a replica that missed view changes (or
 // restarted) learns the view with proof, and with our messages for the
 // slots above what it executed that we sent commits for (resendCommitted),
@@ -247,7 +248,8 @@ func (r *Replica) onFetchState(m *FetchState) error {
 		return fmt.Errorf("%w: second fetch of replica %d in one tick", ErrDuplicate, m.Replica)
 	}
 	r.lastServe[m.Replica] = r.now
-	if r.low > m.Seq {
+	if r.low > m.Seq || r.low == m.Seq && r.low > 0 {
+		// At r.low it holds the state; the certificate may be news.
 		if own := r.ckpts[r.low]; own != nil {
 			r.send(m.Replica, &State{
 				Seq:       r.low,
@@ -279,6 +281,17 @@ func (r *Replica) wantState(seq uint64) bool {
 // already, it adds the sender as a source.
 func (r *Replica) onState(m *State) error {
 	if !r.wantState(m.Seq) {
+		if m.Seq > r.low {
+			// A checkpoint it executed without learning that it became
+			// stable (it missed the votes): the certificate moves its
+			// watermarks, which the primary's next slots need.
+			d, err := r.verifyCheckpointCert(m.Seq, m.Stable)
+			if err != nil {
+				return fmt.Errorf("state at %d: %w", m.Seq, err)
+			}
+			r.learnStable(m.Seq, d, append([]Checkpoint(nil), m.Stable...))
+			return nil
+		}
 		return fmt.Errorf("%w: state at %d, executed up to %d", ErrStale, m.Seq, r.lastExec)
 	}
 	if f := r.fetch; f != nil && f.seq >= m.Seq {
