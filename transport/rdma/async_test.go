@@ -85,8 +85,18 @@ func TestQueuePairErrorBreaksOnlyItsConn(t *testing.T) {
 	if _, err := bad.Receive(); err == nil || !strings.Contains(err.Error(), "catastrophic") {
 		t.Fatalf("Receive on the failed conn = %v; want the event's error", err)
 	}
-	if _, err := badServer.Receive(); err == nil {
-		t.Fatal("the failed conn's peer still receives")
+	peer := make(chan error, 1)
+	go func() {
+		_, err := badServer.Receive()
+		peer <- err
+	}()
+	select {
+	case err := <-peer:
+		if err == nil {
+			t.Fatal("the failed conn's peer still receives")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the failed conn's peer still waits 10s later\n%s", tr.dumpState())
 	}
 	if err := send(t, good, []byte("fine")); err != nil {
 		t.Fatal(err)

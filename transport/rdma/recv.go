@@ -84,7 +84,11 @@ func (c *Conn) onRecv(wc *verbs.WC, buf *bufpool.Buffer, sink *selector.Sink) {
 		if wc.Status != verbs.WCFlushErr || !c.draining {
 			c.failLocked(completionError("receive", wc))
 		}
+		eof := c.peerDrainedLocked()
 		c.checkDrained()
+		if eof {
+			c.signal(selectionkey.OpRead, sink)
+		}
 		return
 	}
 	c.postReceives()
@@ -234,8 +238,17 @@ func (c *Conn) readErrLocked() error {
 		return &net.OpError{Op: "read", Net: "rdma", Addr: c.raddrOrNil(), Err: channel.ErrNotConnected}
 	case c.peerFIN:
 		return io.EOF
-	case c.peerDone && c.tail == c.head && c.posted == 0:
-		return io.EOF // every receive before the disconnect has been seen
+	case c.peerDrainedLocked():
+		return io.EOF
 	}
 	return nil
+}
+
+// peerDrainedLocked reports whether the peer disconnected and every work
+// request posted before has completed, so every message it sent has been
+// seen: Receive then returns io.EOF. The completions that make it true
+// wake the readers; a flushed one may come before the disconnect event
+// or after it.
+func (c *Conn) peerDrainedLocked() bool {
+	return c.peerDone && c.tail == c.head && c.posted == 0
 }

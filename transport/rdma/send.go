@@ -36,14 +36,20 @@ func (c *Conn) onSend(wc *verbs.WC, sink *selector.Sink) {
 		}
 		c.tail++
 	}
+	var ops selectionkey.Ops
+	if c.peerDrainedLocked() {
+		ops |= selectionkey.OpRead // Receive's io.EOF
+	}
 	if wc.Status != verbs.WCSuccess {
 		if wc.Status != verbs.WCFlushErr || !c.draining {
 			c.failLocked(completionError("send", wc))
 		}
 		c.checkDrained()
+		if ops != 0 {
+			c.signal(ops, sink)
+		}
 		return
 	}
-	var ops selectionkey.Ops
 	if c.pump() {
 		ops |= selectionkey.OpWrite
 	}
