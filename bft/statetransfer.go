@@ -248,8 +248,9 @@ func (r *Replica) onFetchState(m *FetchState) error {
 		return fmt.Errorf("%w: second fetch of replica %d in one tick", ErrDuplicate, m.Replica)
 	}
 	r.lastServe[m.Replica] = r.now
-	if r.low > m.Seq || r.low == m.Seq && r.low > 0 {
-		// At r.low it holds the state; the certificate may be news.
+	if r.low > 0 && r.low >= m.Seq {
+		// Also at m.Seq: the requester holds that state, but the
+		// certificate may be news to it.
 		if own := r.ckpts[r.low]; own != nil {
 			r.send(m.Replica, &State{
 				Seq:       r.low,
