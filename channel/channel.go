@@ -130,4 +130,7 @@ type Stats struct {
 	ConnsOpened             uint64 // connected by dial or accept
 	ConnsClosed             uint64
 	ProtocolErrors          uint64 // connections closed for bad input from the peer
+	// ControlOut counts messages the transport sent on its own, without
+	// payload: RDMA's credit updates and FINs. TCP sends none.
+	ControlOut uint64
 }

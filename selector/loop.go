@@ -81,7 +81,7 @@ func (s *Selector) doSelect(timeout time.Duration) (int, error) {
 			s.sleeping.Store(true)
 			queued := s.readyLen.Load() > 0
 			var err error
-			if queued || s.woken.Load() || s.closed.Load() {
+			if queued || s.woken.Load() || s.closed.Load() || s.nudged.Swap(false) {
 				s.sleeping.Store(false)
 				err = s.collect(0, false, true)
 			} else {

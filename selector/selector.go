@@ -142,6 +142,7 @@ type Selector struct {
 	closed   atomic.Bool
 	sleeping atomic.Bool // in epoll_wait with a nonzero timeout
 	woken    atomic.Bool // Wakeup called since the last select returned
+	nudged   atomic.Bool // Nudge called since the select last looked at its pollers
 	signaled atomic.Bool // wakefd written and not yet drained
 
 	selects, selectedN, spins, sleeps, wakeups atomic.Uint64
@@ -200,6 +201,16 @@ func (s *Selector) SelectedKeys() []*selectionkey.Key { return s.keysOut }
 // next one. It may be called from any goroutine.
 func (s *Selector) Wakeup() {
 	s.woken.Store(true)
+	s.wake()
+}
+
+// Nudge makes a select that sleeps, or is about to, poll and arm its
+// Pollers once more; one that is polling carries on and one that returns
+// keys returns them as before. A Poller that has work for its next Poll
+// or Arm which no completion will bring (such as a message to send) calls
+// it. It may be called from any goroutine.
+func (s *Selector) Nudge() {
+	s.nudged.Store(true)
 	s.wake()
 }
 

@@ -46,7 +46,13 @@ func echoServer(tb testing.TB, l *Listener) {
 // echoClient dials an echo server on tr and returns a blocking conn.
 func echoClient(tb testing.TB, tr *Transport, addr string) *Conn {
 	tb.Helper()
-	l, err := tr.Listen(context.Background(), net.JoinHostPort(addr, "0"))
+	return echoClientOf(tb, tr, tr, addr)
+}
+
+// echoClientOf is echoClient with the server on srv and the client on tr.
+func echoClientOf(tb testing.TB, srv, tr *Transport, addr string) *Conn {
+	tb.Helper()
+	l, err := srv.Listen(context.Background(), net.JoinHostPort(addr, "0"))
 	if err != nil {
 		tb.Fatal(err)
 	}

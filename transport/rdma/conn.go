@@ -73,20 +73,22 @@ type Conn struct {
 	connTimer *time.Timer
 
 	// Receiving.
-	slots       []*bufpool.Buffer // posted receive buffers (no SRQ), nil: empty slot
-	empty       []int             // empty slots, to post when the pool has buffers
-	posted      int               // receives posted on the queue pair and not completed
-	inbox       ring              // received messages
-	granted     int               // data credits the peer holds (sent less received)
-	toReturn    int               // messages taken by the application, credits not yet returned
-	quiet       int               // paid control messages received, credits not yet returned
-	ctrlOwed    int               // credit updates received, not yet restored to the peer
-	peerCredits int               // most data credits the peer may ever hold
-	window      int               // data receives kept posted (no SRQ); grows up to RecvDepth
-	widened     int               // credits of a widened window, not yet granted
-	starved     bool              // the peer said credits held it back
-	waited      bool              // a Send queued for lack of credits since we last said more
-	retry       *time.Timer       // posts receives once the pool has buffers again
+	slots          []*bufpool.Buffer // posted receive buffers (no SRQ), nil: empty slot
+	empty          []int             // empty slots, to post when the pool has buffers
+	posted         int               // receives posted on the queue pair and not completed
+	inbox          ring              // received messages
+	granted        int               // data credits the peer holds (sent less received)
+	toReturn       int               // messages taken by the application, credits not yet returned
+	quiet          int               // paid control messages received, credits not yet returned
+	ctrlOwed       int               // credit updates received, not yet restored to the peer
+	peerCredits    int               // most data credits the peer may ever hold
+	window         int               // data receives kept posted (no SRQ); grows up to RecvDepth
+	widened        int               // credits of a widened window, not yet granted
+	starved        bool              // the peer said credits held it back
+	waited         bool              // a Send queued for lack of credits since we last said more
+	deferring      bool              // pump leaves a due credit update to the engine's next poll
+	updateDeferred bool              // the engine holds this connection for a credit update
+	retry          *time.Timer       // posts receives once the pool has buffers again
 
 	// Sending.
 	credits     int // data credits we hold

@@ -130,3 +130,19 @@ func (c *Conn) takeGrants(control bool) imm {
 	m.credits = g
 	return m
 }
+
+// deferUpdateLocked leaves a due credit update to the next poll or arm of
+// the connection's completion queue. A Receive defers its update so that
+// the answer an application sends next carries the credit instead: an
+// update of its own is one more send, a system call under Soft-RoCE and
+// a doorbell on hardware. The next poll comes when the application
+// selects again, or at once from the poller that serves a blocking
+// connection (Nudge wakes it if it sleeps), so a peer waits for its
+// credits no longer than the application takes to select again. The
+// caller holds c.mu.
+func (c *Conn) deferUpdateLocked() {
+	if !c.updateDeferred {
+		c.updateDeferred = true
+		c.eng.deferUpdate(c)
+	}
+}

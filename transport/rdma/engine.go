@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rubin-go/rubin/bufpool"
+	"github.com/rubin-go/rubin/selectionkey"
 	"github.com/rubin-go/rubin/selector"
 	"github.com/rubin-go/rubin/transport/rdma/internal/verbs"
 )
@@ -51,6 +52,15 @@ type engine struct {
 	stashed int // completions polled by Arm, not yet dispatched
 	unacked int // completion channel events not yet acknowledged
 
+	// Connections whose credit update waits for the next poll (see
+	// Conn.deferUpdateLocked). pendMu is taken under a Conn's mu, never
+	// the other way round.
+	pendMu  sync.Mutex
+	pending []*Conn
+	flushed []*Conn // the previous pending, reused
+	hasPend atomic.Bool
+	owner   atomic.Pointer[selector.Selector] // sel, for Nudge without t.mu
+
 	// Counters, for tests and debugging.
 	completions, strays, arms atomic.Uint64
 
@@ -71,6 +81,7 @@ func newEngine(t *Transport, dev *device, sel *selector.Selector) (*engine, erro
 		return nil, fmt.Errorf("rdma: %w", err)
 	}
 	e := &engine{t: t, dev: dev, ch: ch, cq: cq, sel: sel}
+	e.owner.Store(sel)
 	e.home.Store(sel == t.home)
 	e.conns.Store(&map[uint32]*Conn{})
 	if t.cfg.SharedReceiveQueue {
@@ -193,6 +204,7 @@ func (e *engine) Arm() bool {
 	if e.stashed > 0 {
 		return true
 	}
+	e.flushUpdates(nil)
 	e.arms.Add(1)
 	if err := e.cq.ReqNotify(); err != nil {
 		return true
@@ -208,6 +220,7 @@ func (e *engine) Arm() bool {
 // poll dispatches completions until the queue is empty or a few batches
 // have been handled, and reports whether there were any.
 func (e *engine) poll(sink *selector.Sink) bool {
+	e.flushUpdates(sink)
 	found := false
 	for range 16 {
 		n := e.stashed
@@ -229,6 +242,47 @@ func (e *engine) poll(sink *selector.Sink) bool {
 	}
 	e.finishIfDying()
 	return found
+}
+
+// deferUpdate has c's credit update sent by the next poll or arm of the
+// queue, unless a message carries the credits first. The caller holds
+// c.mu.
+func (e *engine) deferUpdate(c *Conn) {
+	e.pendMu.Lock()
+	e.pending = append(e.pending, c)
+	e.hasPend.Store(true)
+	e.pendMu.Unlock()
+	if s := e.owner.Load(); s != nil {
+		s.Nudge()
+	}
+}
+
+// flushUpdates sends the credit updates that are still due of the
+// connections deferUpdate named. The caller holds pollMu.
+func (e *engine) flushUpdates(sink *selector.Sink) {
+	if !e.hasPend.Load() {
+		return
+	}
+	e.pendMu.Lock()
+	conns := e.pending
+	e.pending, e.flushed = e.flushed[:0], nil
+	e.hasPend.Store(false)
+	e.pendMu.Unlock()
+	for i, c := range conns {
+		c.mu.Lock()
+		c.updateDeferred = false
+		drained := c.pump()
+		c.mu.Unlock()
+		if drained {
+			c.signal(selectionkey.OpWrite, sink)
+		}
+		conns[i] = nil
+	}
+	e.pendMu.Lock()
+	if e.flushed == nil {
+		e.flushed = conns[:0]
+	}
+	e.pendMu.Unlock()
 }
 
 func (e *engine) dispatch(wcs []verbs.WC, sink *selector.Sink) {
@@ -272,6 +326,7 @@ func (e *engine) SelectorClosed(s *selector.Selector) {
 		return
 	}
 	e.sel = t.home
+	e.owner.Store(t.home)
 	e.home.Store(true)
 	idle := e.refs == 0
 	t.mu.Unlock()

@@ -207,7 +207,9 @@ func (c *Conn) Receive() (*bufpool.Buffer, error) {
 			if c.starved {
 				c.widenLocked()
 			}
+			c.deferring = true
 			drained := c.pump()
+			c.deferring = false
 			c.mu.Unlock()
 			if drained {
 				c.signal(selectionkey.OpWrite, nil)

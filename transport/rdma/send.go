@@ -195,6 +195,10 @@ func (c *Conn) pump() bool {
 			c.postControl(m, true)
 		}
 	case c.updateDue():
+		if c.deferring {
+			c.deferUpdateLocked()
+			break
+		}
 		if paid, ok := c.spendControl(); ok {
 			m := c.takeGrants(true)
 			m.paid = paid
@@ -248,6 +252,7 @@ func (c *Conn) postControl(m imm, signaled bool) {
 	}
 	c.sq[c.head%uint64(len(c.sq))] = nil
 	c.head++
+	c.t.controlOut.Add(1)
 	c.wrs[0] = wr
 	c.post(1)
 }

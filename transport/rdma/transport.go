@@ -49,6 +49,7 @@ type Transport struct {
 
 	msgsIn, msgsOut, bytesIn, bytesOut atomic.Uint64
 	opened, closedConns, protoErrs     atomic.Uint64
+	controlOut                         atomic.Uint64 // credit updates, FINs and drain markers sent
 	widenings                          atomic.Uint64 // receive windows widened, for tests
 	asyncEvents                        atomic.Uint64 // devices' asynchronous events read
 	rejects                            atomic.Uint64 // connect requests our listeners turned down
@@ -305,6 +306,7 @@ func (t *Transport) Stats() Stats {
 		ConnsOpened:    t.opened.Load(),
 		ConnsClosed:    t.closedConns.Load(),
 		ProtocolErrors: t.protoErrs.Load(),
+		ControlOut:     t.controlOut.Load(),
 	}
 }
 

@@ -5,6 +5,7 @@ package rdma
 import (
 	"bytes"
 	"testing"
+	"time"
 )
 
 // TestWindowWidensForStreamsOnly: a connection that echoes one message at
@@ -85,5 +86,65 @@ func TestWindowLeavesHalfThePool(t *testing.T) {
 	}
 	if tr.widenings.Load() == 0 {
 		t.Errorf("the window never widened")
+	}
+}
+
+// TestCreditsRideOnReplies: a selector server that answers every message
+// returns the message's credit with its answer, so a ping-pong costs it no
+// credit updates of their own (each a send, which under Soft-RoCE is a
+// system call). The blocking client's credits ride on its next request
+// as well, most of the time: the poller that serves it races the request.
+func TestCreditsRideOnReplies(t *testing.T) {
+	srv, addr := newTransport(t, Config{})
+	cli, _ := newTransport(t, Config{})
+	c := echoClientOf(t, srv, cli, addr)
+
+	const msgs = 400
+	for range 20 {
+		roundTrip(t, c, 64)
+	}
+	before := srv.Stats().ControlOut
+	for range msgs {
+		roundTrip(t, c, 64)
+	}
+	updates := srv.Stats().ControlOut - before
+	t.Logf("server: %d credit updates for %d echoed messages; client: %d", updates, msgs, cli.Stats().ControlOut)
+	if updates > msgs/20 {
+		t.Errorf("the echo server sent %d credit updates for %d messages it answered; want the credits on its answers", updates, msgs)
+	}
+}
+
+// TestDeferredCreditsReachASleepingPoller: a blocking reader that takes
+// its messages slowly, so that the poller serving its connection sleeps in
+// between, still returns every credit: the update that Receive leaves to
+// the next poll wakes the poller. A lost update would stop the sender for
+// good, since the reader sends nothing that could carry the credits.
+func TestDeferredCreditsReachASleepingPoller(t *testing.T) {
+	tr, addr := newTransport(t, Config{})
+	client, server := pair(t, tr, addr)
+	const msgs = 30
+	sent := make(chan error, 1)
+	go func() {
+		for i := range msgs {
+			if err := send(t, client, []byte{byte(i)}); err != nil {
+				sent <- err
+				return
+			}
+		}
+		sent <- client.Flush()
+	}()
+	stuck := time.AfterFunc(20*time.Second, func() {
+		t.Errorf("the reader waited 20 s for its messages\n%s", tr.dumpState())
+		server.Close()
+	})
+	defer stuck.Stop()
+	for i := range msgs {
+		time.Sleep(5 * time.Millisecond)
+		if got := receive(t, server); got[0] != byte(i) {
+			t.Fatalf("message %d: got %d", i, got[0])
+		}
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
 	}
 }
