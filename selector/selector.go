@@ -40,7 +40,8 @@
 // only every few passes, so a pass makes no system call. By default the
 // spin budget adapts (see Config.SpinBudget): it follows the recent waits
 // of selects, up to Config.MaxSpin, and drops to nothing when waits are
-// mostly longer than that; Stats reports the budget in force.
+// mostly longer than that, spinning one wait in sixteen to the cap to
+// find out whether that is still so; Stats reports the budget in force.
 //
 // Any goroutine can also report a key ready with Registration.Ready, for
 // readiness that no descriptor shows, such as a message already buffered in

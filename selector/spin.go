@@ -37,19 +37,35 @@ const (
 // spinHistory is how many recent waits the adaptive budget learns from.
 const spinHistory = 16
 
+// probeEvery is how many waits in a row an adaptive spinner sleeps
+// through before it spins one to the cap (a probe).
+const probeEvery = 16
+
 // A spinner decides how long a select polls before it sleeps. With a
 // fixed budget it always answers that budget. Adaptively, it learns from
 // the recent waits (the time from the moment a select starts waiting until
 // it finds a key): if most of them were shorter than the cap, it spins a
 // little longer than the longest of those; otherwise spinning would mostly
-// be wasted and it does not spin. Only the selecting goroutine calls
-// budget and record; Stats reads current.
+// be wasted and it does not spin.
+//
+// A wait that sleeps lasts as long as the wake-up, which can itself exceed
+// the cap (a millisecond on an emulated machine), so once the budget falls
+// to zero, the waits it measures no longer say whether spinning would pay:
+// without help it would stay at zero for good. So after probeEvery waits
+// in a row without spinning, one wait spins to the cap; if the event comes
+// within it, the spinner forgets what it measured while sleeping and
+// learns afresh.
+//
+// Only the selecting goroutine calls budget and record; Stats reads
+// current.
 type spinner struct {
 	fixed   time.Duration // > 0: always this; < 0: never spin
 	cap     time.Duration // the adaptive budget's bound
 	waits   [spinHistory]time.Duration
-	n       int // waits recorded, up to spinHistory
-	next    int // ring index of the next wait
+	n       int  // waits recorded, up to spinHistory
+	next    int  // ring index of the next wait
+	dry     int  // waits in a row recorded with a budget of zero
+	probing bool // the current wait spins to the cap as a probe
 	current atomic.Int64
 }
 
@@ -77,10 +93,24 @@ func (sp *spinner) record(w time.Duration) {
 	if !sp.adaptive() {
 		return
 	}
+	if sp.probing {
+		sp.probing = false
+		if w <= sp.cap {
+			sp.n, sp.next = 0, 0 // the probe paid: learn afresh
+		}
+	}
 	sp.waits[sp.next] = w
 	sp.next = (sp.next + 1) % spinHistory
 	sp.n = min(sp.n+1, spinHistory)
-	sp.current.Store(int64(sp.compute()))
+	b := sp.compute()
+	if b > 0 {
+		sp.dry = 0
+	} else if sp.dry++; sp.dry >= probeEvery {
+		sp.dry = 0
+		sp.probing = true
+		b = sp.cap
+	}
+	sp.current.Store(int64(b))
 }
 
 // compute derives the budget from the recorded waits: until it has seen a

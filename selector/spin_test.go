@@ -91,3 +91,45 @@ func TestSpinnerBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestSpinnerProbes: a budget that fell to zero does not stay there for
+// good. A wait that sleeps includes the wake-up, which can itself exceed
+// the cap (a millisecond on an emulated machine), so waits measured while
+// sleeping are no evidence that spinning would not pay. Every so often the
+// spinner spins to the cap; if that catches the event, it learns afresh.
+func TestSpinnerProbes(t *testing.T) {
+	const limit = 200 * time.Microsecond
+	sp := newSpinner(0, limit)
+	for range spinHistory {
+		sp.record(time.Millisecond) // slept: the wake-up alone took this
+	}
+	if got := sp.budget(true); got != 0 {
+		t.Fatalf("budget %v after waits longer than the cap; want 0", got)
+	}
+	probed := 0
+	for i := range 4 * spinHistory {
+		if sp.budget(true) == limit {
+			probed = i + 1
+			break
+		}
+		sp.record(time.Millisecond)
+	}
+	if probed == 0 {
+		t.Fatalf("no wait out of %d spun to the cap after the budget fell to zero", 4*spinHistory)
+	}
+	sp.record(time.Millisecond) // the probe caught nothing
+	if got := sp.budget(true); got != 0 {
+		t.Fatalf("budget %v after a probe that caught nothing; want 0", got)
+	}
+	for sp.budget(true) != limit {
+		sp.record(time.Millisecond)
+	}
+	sp.record(40 * time.Microsecond) // the probe caught the event
+	for i := range 2 * spinHistory {
+		if got := sp.budget(true); got < 40*time.Microsecond {
+			t.Fatalf("wait %d after a probe that caught a 40us wait: budget %v; want at least 40us", i, got)
+		}
+		sp.record(40 * time.Microsecond)
+	}
+	t.Logf("probed after %d waits", probed)
+}
