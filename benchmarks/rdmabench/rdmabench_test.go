@@ -196,11 +196,14 @@ func TestJudge(t *testing.T) {
 	}{
 		{0, 64, "1.10 met"},    // rdma-channel 11 / perftest 10
 		{1, 64, "1.30 MISSED"}, // rdma-conn 13 / 10
-		{2, 64, "0.91 met"},    // rdma-channel 91 MB/s (median of 90, 91, 92) / 100
-		{3, 1024, "-"},         // rdma-conn failed a throughput run
+		{2, 64, "2.73 met"},    // rdma-channel's p99 30 / its p50 11
+		{3, 64, "1.18 met"},    // rdma-conn 13 / rdma-channel 11
 		{4, 64, "0.37 met"},    // rdma-channel 11 / tcp 30
 		{5, 1024, "0.43 met"},
-		{len(targets) - 1, 64, "0.80 MISSED"}, // rdma-oneway 80 MB/s / 100
+		{6, 64, "0.80"}, // rdma-oneway 80 MB/s / 100, at a size with no target
+		{7, 64, "0.91"}, // rdma-channel 91 MB/s (median of 90, 91, 92) / 100: no target
+		{8, 1024, "-"},  // rdma-conn failed a throughput run
+		{6, 4096, "-"},  // not measured at 4 KiB
 	} {
 		if got := res.judge(targets[c.target], c.size).String(); got != c.want {
 			t.Errorf("%s at %d = %q, want %q", targets[c.target].header, c.size, got, c.want)
@@ -217,11 +220,13 @@ func TestJudge(t *testing.T) {
 	if v := res.judge(tg, 64); !v.met {
 		t.Errorf("ratio 1.10 against limit 1.10: %+v, want met", v)
 	}
-	if got := res.summary(targets[3]); !strings.Contains(got, "met at 64 B (0.70)") && !strings.Contains(got, "missed at 64 B (0.70)") {
-		t.Errorf("summary = %q", got)
+	if got := res.summary(targets[6]); got != "not measured: no size in its range" {
+		t.Errorf("summary = %q, want its sizes not run", got)
 	}
-	if got := res.summary(targets[3]); !strings.Contains(got, "not measured at 1 KiB") {
-		t.Errorf("summary = %q, want 1 KiB not measured", got)
+	tg = targets[6]
+	tg.at = []int{64, 1024}
+	if got := res.summary(tg); got != "missed at 64 B (0.80), 1 KiB (0.80)" {
+		t.Errorf("summary = %q", got)
 	}
 }
 

@@ -144,42 +144,65 @@ func (c *cell) throughput() (throughput, bool) {
 }
 
 // A target is a ratio between two contenders' figures that the RDMA
-// transport is meant to reach.
+// transport is meant to reach. One with no limit is a ratio shown for
+// comparison only.
 type target struct {
 	header  string // the table's column header
 	ours    string // contender
 	base    string // contender
-	metric  string // "latency" (one-way p50) or "throughput" (MB/s)
+	metric  string // "latency" (one-way p50), "tail" (ours' p99 over its p50) or "throughput" (MB/s)
 	atMost  bool   // ours/base must be at most limit; else at least
 	limit   float64
-	maxSize int // the target applies up to this size; 0 for every size
+	maxSize int   // the target applies up to this size; 0 for every size
+	at      []int // or only at these sizes
 }
 
 var targets = []target{
-	{header: "rdma-channel / ib_send_lat", ours: rdmaChannel, base: perftest, metric: "latency", atMost: true, limit: 1.15, maxSize: 16 << 10},
-	{header: "rdma-conn / ib_send_lat", ours: rdmaConn, base: perftest, metric: "latency", atMost: true, limit: 1.15, maxSize: 16 << 10},
-	{header: "rdma-channel / ib_send_bw", ours: rdmaChannel, base: perftest, metric: "throughput", limit: 0.85},
-	{header: "rdma-conn / ib_send_bw", ours: rdmaConn, base: perftest, metric: "throughput", limit: 0.85},
+	{header: "rdma-channel / ib_send_lat", ours: rdmaChannel, base: perftest, metric: "latency", atMost: true, limit: 1.2, maxSize: 16 << 10},
+	{header: "rdma-conn / ib_send_lat", ours: rdmaConn, base: perftest, metric: "latency", atMost: true, limit: 1.2, maxSize: 16 << 10},
+	{header: "rdma-channel p99 / p50", ours: rdmaChannel, base: rdmaChannel, metric: "tail", atMost: true, limit: 3, maxSize: 16 << 10},
+	{header: "rdma-conn / rdma-channel p50", ours: rdmaConn, base: rdmaChannel, metric: "latency", atMost: true, limit: 1.3},
 	{header: "rdma-channel / tcp-channel p50", ours: rdmaChannel, base: tcpChannel, metric: "latency", atMost: true, limit: 0.60, maxSize: 1 << 10},
 	{header: "rdma-conn / tcp-channel p50", ours: rdmaConn, base: tcpChannel, metric: "latency", atMost: true, limit: 0.60, maxSize: 1 << 10},
-	{header: "rdma-oneway / ib_send_bw", ours: rdmaOneway, base: perftest, metric: "throughput", limit: 0.85},
+	{header: "rdma-oneway / ib_send_bw", ours: rdmaOneway, base: perftest, metric: "throughput", limit: 0.85, at: []int{4 << 10, 64 << 10}},
+	// An echo with 16 messages in flight is no stream: for comparison.
+	{header: "rdma-channel / ib_send_bw", ours: rdmaChannel, base: perftest, metric: "throughput"},
+	{header: "rdma-conn / ib_send_bw", ours: rdmaConn, base: perftest, metric: "throughput"},
 }
 
 // describe says what the target asks, in a table cell.
 func (t target) describe() string {
+	if t.limit == 0 {
+		return "none"
+	}
 	op := ">="
 	if t.atMost {
 		op = "<="
 	}
 	s := fmt.Sprintf("%s %.2f", op, t.limit)
-	if t.maxSize > 0 {
+	switch {
+	case len(t.at) > 0:
+		sizes := make([]string, len(t.at))
+		for i, size := range t.at {
+			sizes[i] = benchkit.FormatSize(size)
+		}
+		s += " at " + strings.Join(sizes, ", ")
+	case t.maxSize > 0:
 		s += " up to " + benchkit.FormatSize(t.maxSize)
 	}
 	return s
 }
 
 // applies reports whether the target holds at size.
-func (t target) applies(size int) bool { return t.maxSize == 0 || size <= t.maxSize }
+func (t target) applies(size int) bool {
+	switch {
+	case t.limit == 0:
+		return false
+	case len(t.at) > 0:
+		return slices.Contains(t.at, size)
+	}
+	return t.maxSize == 0 || size <= t.maxSize
+}
 
 // A verdict is a target's ratio at one size.
 type verdict struct {
@@ -205,6 +228,12 @@ func (r *results) judge(t target, size int) verdict {
 			return verdict{}
 		}
 		a, b = lo.oneWay, lb.oneWay
+	case "tail":
+		lo, ok := ours.latency()
+		if !ok || lo.oneWay == 0 {
+			return verdict{}
+		}
+		a, b = lo.p99, lo.oneWay
 	default:
 		to, ok1 := ours.throughput()
 		tb, ok2 := base.throughput()
@@ -482,7 +511,9 @@ func (r *report) writeText(w io.Writer) {
 		r.res.ratioTable().WriteText(w)
 		fmt.Fprintln(w)
 		for _, t := range ts {
-			fmt.Fprintf(w, "  %-32s %s: %s\n", t.header, t.describe(), r.res.summary(t))
+			if t.limit != 0 {
+				fmt.Fprintf(w, "  %-32s %s: %s\n", t.header, t.describe(), r.res.summary(t))
+			}
 		}
 	}
 	if f := r.res.failures(); len(f) > 0 {
@@ -512,12 +543,14 @@ func (r *report) writeMarkdown(w io.Writer) error {
 	if ts := r.res.activeTargets(); len(ts) > 0 {
 		b.WriteString("\n## Ratios and targets\n\n")
 		b.WriteString("Each ratio is between medians of this run. Latency ratios compare one-way p50 " +
-			"(below 1: ours is faster); throughput ratios compare MB/s (above 1: ours moves more). " +
-			"A ratio outside a target's size range has no verdict.\n\n")
+			"(below 1: ours is faster), except p99 / p50, a contender's own tail; throughput ratios compare MB/s " +
+			"(above 1: ours moves more). A ratio outside a target's sizes, or with no target, has no verdict.\n\n")
 		r.res.ratioTable().WriteMarkdown(&b)
 		b.WriteString("\n")
 		for _, t := range ts {
-			fmt.Fprintf(&b, "- **%s %s:** %s\n", t.header, t.describe(), r.res.summary(t))
+			if t.limit != 0 {
+				fmt.Fprintf(&b, "- **%s %s:** %s\n", t.header, t.describe(), r.res.summary(t))
+			}
 		}
 	}
 	if f := r.res.failures(); len(f) > 0 {
