@@ -67,7 +67,7 @@ func TestLateRegistrationBindsToSelector(t *testing.T) {
 	}
 	k.Cancel()
 	tr.mu.Lock()
-	onSel, home := c.eng.sel == sel, c.eng.home.Load()
+	onSel, home := c.eng.sel.Load() == sel, c.eng.home.Load()
 	tr.mu.Unlock()
 	if !onSel || home {
 		t.Errorf("queue pair of a connection registered after its route resolved: on the selector's queue %v, on the transport's own %v; want the selector's", onSel, home)

@@ -36,10 +36,11 @@ type engine struct {
 	cq  verbs.CQ
 	srq *sharedRQ // nil unless Config.SharedReceiveQueue
 
+	sel atomic.Pointer[selector.Selector] // the selector the engine is a source of; set under t.mu
+
 	// Guarded by t.mu.
-	refs    int                // queue pairs using the queue
-	sel     *selector.Selector // the selector the engine is a source of
-	cqeUsed int                // completion entries promised to queue pairs
+	refs    int // queue pairs using the queue
+	cqeUsed int // completion entries promised to queue pairs
 
 	conns   atomic.Pointer[map[uint32]*Conn] // by queue pair number; copied on write
 	connsMu sync.Mutex                       // serializes writers of conns
@@ -57,9 +58,8 @@ type engine struct {
 	// the other way round.
 	pendMu  sync.Mutex
 	pending []*Conn
-	flushed []*Conn // the previous pending, reused
 	hasPend atomic.Bool
-	owner   atomic.Pointer[selector.Selector] // sel, for Nudge without t.mu
+	flushed []*Conn // the previous pending, reused; guarded by pollMu
 
 	// Counters, for tests and debugging.
 	completions, strays, arms atomic.Uint64
@@ -80,8 +80,8 @@ func newEngine(t *Transport, dev *device, sel *selector.Selector) (*engine, erro
 		ch.Destroy()
 		return nil, fmt.Errorf("rdma: %w", err)
 	}
-	e := &engine{t: t, dev: dev, ch: ch, cq: cq, sel: sel}
-	e.owner.Store(sel)
+	e := &engine{t: t, dev: dev, ch: ch, cq: cq}
+	e.sel.Store(sel)
 	e.home.Store(sel == t.home)
 	e.conns.Store(&map[uint32]*Conn{})
 	if t.cfg.SharedReceiveQueue {
@@ -252,7 +252,7 @@ func (e *engine) deferUpdate(c *Conn) {
 	e.pending = append(e.pending, c)
 	e.hasPend.Store(true)
 	e.pendMu.Unlock()
-	if s := e.owner.Load(); s != nil {
+	if s := e.sel.Load(); s != nil {
 		s.Nudge()
 	}
 }
@@ -265,7 +265,7 @@ func (e *engine) flushUpdates(sink *selector.Sink) {
 	}
 	e.pendMu.Lock()
 	conns := e.pending
-	e.pending, e.flushed = e.flushed[:0], nil
+	e.pending = e.flushed[:0]
 	e.hasPend.Store(false)
 	e.pendMu.Unlock()
 	for i, c := range conns {
@@ -278,11 +278,7 @@ func (e *engine) flushUpdates(sink *selector.Sink) {
 		}
 		conns[i] = nil
 	}
-	e.pendMu.Lock()
-	if e.flushed == nil {
-		e.flushed = conns[:0]
-	}
-	e.pendMu.Unlock()
+	e.flushed = conns[:0]
 }
 
 func (e *engine) dispatch(wcs []verbs.WC, sink *selector.Sink) {
@@ -321,12 +317,11 @@ func (e *engine) dispatch(wcs []verbs.WC, sink *selector.Sink) {
 func (e *engine) SelectorClosed(s *selector.Selector) {
 	t := e.t
 	t.mu.Lock()
-	if e.sel != s {
+	if e.sel.Load() != s {
 		t.mu.Unlock()
 		return
 	}
-	e.sel = t.home
-	e.owner.Store(t.home)
+	e.sel.Store(t.home)
 	e.home.Store(true)
 	idle := e.refs == 0
 	t.mu.Unlock()
@@ -351,11 +346,7 @@ func (e *engine) SelectorClosed(s *selector.Selector) {
 // kill marks the engine for destruction by its selecting goroutine.
 func (e *engine) kill() {
 	e.dying.Store(true)
-	t := e.t
-	t.mu.Lock()
-	sel := e.sel
-	t.mu.Unlock()
-	if sel != nil {
+	if sel := e.sel.Load(); sel != nil {
 		sel.Wakeup()
 	}
 }
@@ -375,10 +366,7 @@ func (e *engine) finishIfDying() bool {
 // when no select can run any more.
 func (e *engine) destroy() {
 	e.destroyed.Do(func() {
-		e.t.mu.Lock()
-		sel := e.sel
-		e.t.mu.Unlock()
-		if sel != nil {
+		if sel := e.sel.Load(); sel != nil {
 			_ = sel.RemoveSource(e)
 		}
 		e.release()
