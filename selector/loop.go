@@ -72,6 +72,9 @@ func (s *Selector) doSelect(timeout time.Duration) (int, error) {
 			}
 			return s.finish()
 		}
+		// Arming polls once more, so a Nudge from before this point is
+		// answered by it; only one from after it must keep us awake.
+		s.nudged.Store(false)
 		if !s.arm() {
 			// Events raced with arming: poll again without sleeping.
 			if err := s.collect(0, true, true); err != nil {

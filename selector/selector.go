@@ -143,7 +143,7 @@ type Selector struct {
 	closed   atomic.Bool
 	sleeping atomic.Bool // in epoll_wait with a nonzero timeout
 	woken    atomic.Bool // Wakeup called since the last select returned
-	nudged   atomic.Bool // Nudge called since the select last looked at its pollers
+	nudged   atomic.Bool // Nudge called since the select last began to arm its pollers
 	signaled atomic.Bool // wakefd written and not yet drained
 
 	selects, selectedN, spins, sleeps, wakeups atomic.Uint64

@@ -856,6 +856,55 @@ func TestPollerArmRace(t *testing.T) {
 	}
 }
 
+// TestNudgeRearms: a Nudge makes a sleeping select arm its pollers once
+// more and sleep again, without returning; a Nudge that came before the
+// select armed is answered by that arm and costs no second one.
+func TestNudgeRearms(t *testing.T) {
+	leakcheck.Check(t)
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	src := &pollSource{fd: fd}
+	s := newSelector(t, selector.Config{SpinBudget: selector.NoSpin})
+	register(t, s, &polledChan{fdChan: fdChan{t: t, fd: -1}, src: src}, selectionkey.OpRead)
+	arms := func() int {
+		src.mu.Lock()
+		defer src.mu.Unlock()
+		return src.arms
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(patience); !ok(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: arms %d, sleeps %d", what, arms(), s.Stats().Sleeps)
+			}
+		}
+	}
+	s.Nudge()
+	done := make(chan selectResult, 1)
+	go func() {
+		n, err := s.SelectTimeout(patience)
+		done <- selectResult{n: n, err: err}
+	}()
+	waitFor("the select sleeps", func() bool { return s.Stats().Sleeps == 1 })
+	if n := arms(); n != 1 {
+		t.Errorf("armed %d times before sleeping; want once, the earlier Nudge answered by it", n)
+	}
+	s.Nudge()
+	waitFor("the nudged select arms again and sleeps", func() bool { return arms() == 2 && s.Stats().Sleeps == 2 })
+	select {
+	case r := <-done:
+		t.Fatalf("a Nudge made the select return %d, %v", r.n, r.err)
+	default:
+	}
+	s.Wakeup()
+	if r := await(t, done, "Wakeup"); r.n != 0 || r.err != nil {
+		t.Errorf("select after Wakeup = %d, %v; want 0, nil", r.n, r.err)
+	}
+}
+
 func TestCanceledKeysNotSelected(t *testing.T) {
 	leakcheck.Check(t)
 	s := newSelector(t, selector.Config{})
