@@ -131,6 +131,7 @@ type Stats struct {
 	ConnsClosed             uint64
 	ProtocolErrors          uint64 // connections closed for bad input from the peer
 	// ControlOut counts messages the transport sent on its own, without
-	// payload: RDMA's credit updates and FINs. TCP sends none.
+	// payload: RDMA's credit updates, FINs and drain markers. TCP sends
+	// none.
 	ControlOut uint64
 }

@@ -76,7 +76,7 @@ var transportSeries = []series[channel.Stats]{
 	{desc("transport", "sent_bytes_total", "Payload bytes sent.", stackLabel), prometheus.CounterValue, func(s channel.Stats) float64 { return float64(s.BytesOut) }},
 	{desc("transport", "connections_opened_total", "Connections established.", stackLabel), prometheus.CounterValue, func(s channel.Stats) float64 { return float64(s.ConnsOpened) }},
 	{desc("transport", "connections_closed_total", "Connections closed.", stackLabel), prometheus.CounterValue, func(s channel.Stats) float64 { return float64(s.ConnsClosed) }},
-	{desc("transport", "control_sent_total", "Payload-less messages the transport sent on its own (RDMA credit updates and FINs).", stackLabel), prometheus.CounterValue, func(s channel.Stats) float64 { return float64(s.ControlOut) }},
+	{desc("transport", "control_sent_total", "Payload-less messages the transport sent on its own (RDMA credit updates, FINs and drain markers).", stackLabel), prometheus.CounterValue, func(s channel.Stats) float64 { return float64(s.ControlOut) }},
 	{desc("transport", "protocol_errors_total", "Connections closed for bad input from the peer.", stackLabel), prometheus.CounterValue, func(s channel.Stats) float64 { return float64(s.ProtocolErrors) }},
 }
 
