@@ -80,7 +80,11 @@ func newConn(s *stack, ch anytransport.Conn) *conn {
 		c.spin = selector.NewSpinner(s.cfg.SpinBudget, 0)
 		c.polled = func() bool {
 			c.poll()
-			return c.ch.ReadyOps()&selectionkey.OpRead != 0 || c.closed.Load()
+			// The poller may have polled the message first and moved
+			// it to the inbox: then readable is signaled. A deadline
+			// or Close ends the spin as well.
+			return c.ch.ReadyOps()&selectionkey.OpRead != 0 || len(c.readable) > 0 ||
+				c.rdl.passed() || c.closed.Load()
 		}
 	}
 	return c
@@ -203,6 +207,11 @@ func (c *conn) Read(p []byte) (int, error) {
 			resume := c.paused && c.count <= inboxSize/2
 			if resume {
 				c.paused = false
+			}
+			if c.count == 0 {
+				// What signaled the filling is taken: a stale signal
+				// would end the next Read's spin before its message.
+				drain(c.readable)
 			}
 			c.mu.Unlock()
 			if resume {

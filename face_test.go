@@ -102,6 +102,65 @@ func TestStatsRDMA(t *testing.T) {
 	}
 }
 
+// TestReadSpinSeesThePollersMessage checks that a Read spinning on the
+// device stops as soon as the message it waits for is in the inbox, when
+// the poller, which polls the same completion queue, took the message
+// first. With a spin budget far longer than the test, a Read that only
+// watched the channel would spin out the budget.
+func TestReadSpinSeesThePollersMessage(t *testing.T) {
+	const budget = time.Minute
+	address := testAddr(t, "rdma")
+	s := newStack(t, rubin.Config{Transport: "rdma", MaxMessageSize: 4 << 10, SpinBudget: budget})
+	c, peer := dialPair(t, s, address)
+	go func() {
+		b := make([]byte, 1)
+		for {
+			if _, err := io.ReadFull(peer, b); err != nil {
+				return
+			}
+			// Both the Read and the poller are spinning by now; either
+			// may poll the answer off the completion queue.
+			time.Sleep(time.Millisecond)
+			if _, err := peer.Write(b); err != nil {
+				return
+			}
+		}
+	}()
+	b := make([]byte, 1)
+	for i := range 50 {
+		if _, err := c.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if _, err := io.ReadFull(c, b); err != nil {
+			t.Fatal(err)
+		}
+		// A millisecond's answer; a stalled Read waits a minute.
+		if d := time.Since(start); d > budget/4 {
+			t.Fatalf("round trip %d took %v: the Read spun on after the poller had its message", i, d)
+		}
+	}
+}
+
+// TestReadSpinEndsAtTheDeadline checks that a Read spinning on the device
+// for a message that does not come returns at its deadline, however long
+// the spin budget.
+func TestReadSpinEndsAtTheDeadline(t *testing.T) {
+	const budget = time.Minute
+	address := testAddr(t, "rdma")
+	s := newStack(t, rubin.Config{Transport: "rdma", MaxMessageSize: 4 << 10, SpinBudget: budget})
+	c, _ := dialPair(t, s, address)
+	start := time.Now()
+	c.SetReadDeadline(start.Add(50 * time.Millisecond))
+	_, err := c.Read(make([]byte, 1))
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read returned %v, want a deadline error", err)
+	}
+	if d := time.Since(start); d > budget/4 {
+		t.Fatalf("a Read with a 50ms deadline returned after %v", d)
+	}
+}
+
 // TestRDMAUnavailable checks the errors of the RDMA transport where it
 // cannot run: without cgo or Linux, or without an RDMA device.
 func TestRDMAUnavailable(t *testing.T) {

@@ -334,3 +334,11 @@ func notify(ch chan struct{}) {
 	default:
 	}
 }
+
+// drain takes a signal from a capacity-one channel if there is one.
+func drain(ch chan struct{}) {
+	select {
+	case <-ch:
+	default:
+	}
+}
