@@ -75,7 +75,7 @@ func testResults(t *testing.T) *results {
 				t.Fatal(err)
 			}
 			g.P50, g.Rate = 10*round, 1000*round
-			g.Costs = benchkit.Costs{CPUNs: known(8000 + round), Cgo: known(0), Syscalls: known(3 + round)}
+			g.Costs = benchkit.Costs{CPUNs: known(8000 + round), Cgo: known(0), Syscalls: known(3 + round), Switches: known(round / 4)}
 			res.add(p, "gonet", g, nil)
 			c := g
 			c.P50, c.Rate = 5*round, 4000*round
@@ -109,7 +109,7 @@ func TestTable(t *testing.T) {
 		t.Errorf("failed row %q lacks the error", lines[4])
 	}
 	costCol := len(tab.Header) - len(benchkit.CostsHeader)
-	for i, want := range []string{"8002 0.00 5.00", "8000 0.00 -", "8002 0.00 5.00"} {
+	for i, want := range []string{"8002 0.00 5.00 0.50", "8000 0.00 - -", "8002 0.00 5.00 0.50"} {
 		if got := strings.Join(tab.Rows[i][costCol:], " "); got != want {
 			t.Errorf("row %q: costs %q, want the medians %q", tab.Rows[i][:3], got, want)
 		}

@@ -101,7 +101,7 @@ func (r *results) buildTable(baseline string) *benchkit.Table {
 	t := &benchkit.Table{
 		Header: append([]string{"size", "conns", "api", "p50 us", "p99 us", "msgs/s", "MB/s",
 			"p50 vs " + baseline, "p99 vs " + baseline, "msgs/s vs " + baseline}, benchkit.CostsHeader...),
-		Right:  []bool{true, true, false, true, true, true, true, true, true, true, true, true, true},
+		Right:  []bool{true, true, false, true, true, true, true, true, true, true, true, true, true, true},
 		ErrCol: errCol,
 	}
 	for _, p := range r.points {
@@ -164,8 +164,9 @@ func (r *report) notes() [][2]string {
 			"warmup min(1000, n/10) unmeasured; 1 message in flight per connection", r.cfg.n)},
 		{"units", "round-trip times in us, from the start of a write to the end of reading the whole echo; MB/s counts the payload one way; " +
 			"ratios are api/" + baseline + ": below 1 is faster for p50 and p99, above 1 is more msgs/s"},
-		{"costs", "CPU ns/msg, cgo/msg and syscalls/msg are what the client process (not the server) spent per message: " +
+		{"costs", "CPU ns/msg, cgo/msg, syscalls/msg and switches/msg are what the client process (not the server) spent per message: " +
 			"CPU time, user and system, by getrusage; calls from Go to C, by the Go runtime; system calls, counted by the kernel (raw_syscalls:sys_enter); " +
+			"context switches of its threads, voluntary and involuntary, by getrusage; " +
 			"- where not measured. " + syscallsNote(r.cfg.syscalls)},
 		{"duration", r.elapsed.String()},
 	}

@@ -170,8 +170,8 @@ func testResults() *results {
 			jitter := float64(round)
 			res.add(size, perftest, latency{oneWay: 10 * f, p99: 20 * f, line: "perftest"}, nil, throughput{mbps: 100, rate: 1000}, nil)
 			res.add(size, rdmaChannel, latency{oneWay: 11 * f, p99: 30 * f, spinUS: "50"}, nil, throughput{mbps: 90 + jitter, costs: benchkit.Costs{
-				CPUNs: known(4000 + 100*jitter), Cgo: known(3 - jitter/10), Syscalls: known(0.5 * f)}}, nil)
-			tcpCosts := benchkit.Costs{CPUNs: known(9000), Cgo: known(0), Syscalls: known(4)}
+				CPUNs: known(4000 + 100*jitter), Cgo: known(3 - jitter/10), Syscalls: known(0.5 * f), Switches: known(jitter)}}, nil)
+			tcpCosts := benchkit.Costs{CPUNs: known(9000), Cgo: known(0), Syscalls: known(4), Switches: known(2)}
 			if round == 2 {
 				tcpCosts.Syscalls = benchkit.Cost{} // not counted
 			}
@@ -236,16 +236,16 @@ func TestJudge(t *testing.T) {
 func TestMeasurementTableCosts(t *testing.T) {
 	tab := testResults().measurementTable()
 	costCol := len(tab.Header) - len(benchkit.CostsHeader)
-	if got := tab.Header[costCol:]; !slices.Equal(got, []string{"CPU ns/msg", "cgo/msg", "syscalls/msg"}) {
+	if got := tab.Header[costCol:]; !slices.Equal(got, []string{"CPU ns/msg", "cgo/msg", "syscalls/msg", "switches/msg"}) {
 		t.Fatalf("the last columns are %q", got)
 	}
 	want := map[[2]string]string{
-		{"64 B", rdmaChannel}:  "4100 2.90 0.50",
-		{"1 KiB", rdmaChannel}: "4100 2.90 8.00",
-		{"64 B", tcpChannel}:   "9000 0.00 -",
-		{"64 B", perftest}:     "- - -",
-		{"64 B", rdmaOneway}:   "- - -",
-		{"1 KiB", rdmaConn}:    "failed failed failed", // a throughput run failed
+		{"64 B", rdmaChannel}:  "4100 2.90 0.50 1.00",
+		{"1 KiB", rdmaChannel}: "4100 2.90 8.00 1.00",
+		{"64 B", tcpChannel}:   "9000 0.00 - 2.00",
+		{"64 B", perftest}:     "- - - -",
+		{"64 B", rdmaOneway}:   "- - - -",
+		{"1 KiB", rdmaConn}:    "failed failed failed failed", // a throughput run failed
 	}
 	for i, row := range tab.Rows {
 		key := [2]string{row[0], row[1]}

@@ -324,7 +324,7 @@ func (r *results) has(name string) bool {
 func (r *results) measurementTable() *benchkit.Table {
 	t := &benchkit.Table{
 		Header: append([]string{"size", "contender", "one-way p50 us", "one-way p99 us", "MB/s", "msgs/s"}, benchkit.CostsHeader...),
-		Right:  []bool{true, false, true, true, true, true, true, true, true},
+		Right:  []bool{true, false, true, true, true, true, true, true, true, true},
 		ErrCol: 2,
 	}
 	for _, size := range r.sizes {
@@ -348,7 +348,10 @@ func (r *results) measurementTable() *benchkit.Table {
 				row = append(row, fmt.Sprintf("%.2f", bw.mbps), fmt.Sprintf("%.0f", bw.rate))
 				row = append(row, bw.costs.Cells()...)
 			} else {
-				row = append(row, "failed", "failed", "failed", "failed", "failed")
+				row = append(row, "failed", "failed")
+				for range benchkit.CostsHeader {
+					row = append(row, "failed")
+				}
 			}
 			t.Add(row...)
 		}
@@ -465,8 +468,9 @@ func (r *report) notes() [][2]string {
 		{"units", "one-way latency in us: perftest's own, half the echo round trip for the others; " +
 			"MB/s are 10^6 bytes of payload per second one way (perftest's MiB/s converted); " +
 			"the echo throughput run moves every byte back too, ib_send_bw one way only"},
-		{"costs", "CPU ns/msg, cgo/msg and syscalls/msg are what the echo client process (not the server) spent per message in the throughput run: " +
+		{"costs", "CPU ns/msg, cgo/msg, syscalls/msg and switches/msg are what the echo client process (not the server) spent per message in the throughput run: " +
 			"CPU time, user and system, by getrusage; calls from Go to C, by the Go runtime; system calls, counted by the kernel (raw_syscalls:sys_enter); " +
+			"context switches of its threads, voluntary and involuntary, by getrusage; " +
 			"- where not measured, and always for perftest; system calls are counted only where tracefs is mounted, which the Soft-RoCE VM does not do. " +
 			"Latency runs do not count system calls, since counting slows every one"},
 		{"duration", r.elapsed.String()},

@@ -460,16 +460,16 @@ func TestSummaryLineFormat(t *testing.T) {
 		},
 	}
 	const want = "transport=tcp size=64 conns=1 msgs=10000 p50_us=12.3 p99_us=45.6 p999_us=78.9 msgs_per_s=12346 MBps=0.79 api=conn spin_us=0 depth=1 warmup=1000 wall_s=0.810"
-	if got := s.String(); got != want+" cpu_ns_per_msg=- cgo_per_msg=- syscalls_per_msg=-" {
+	if got := s.String(); got != want+" cpu_ns_per_msg=- cgo_per_msg=- syscalls_per_msg=- switches_per_msg=-" {
 		t.Errorf("summary line, unmetered\n got %s\nwant %s", got, want)
 	}
 	s.metered = true
-	s.cost = cost.Reading{CPU: 203456789 * time.Nanosecond, Cgo: 30250, Syscalls: 40204, HasCPU: true, HasSyscalls: true}
-	if got, want := s.String(), want+" cpu_ns_per_msg=20346 cgo_per_msg=3.02 syscalls_per_msg=4.02"; got != want {
+	s.cost = cost.Reading{CPU: 203456789 * time.Nanosecond, Cgo: 30250, Syscalls: 40204, Switches: 5123, HasCPU: true, HasSyscalls: true}
+	if got, want := s.String(), want+" cpu_ns_per_msg=20346 cgo_per_msg=3.02 syscalls_per_msg=4.02 switches_per_msg=0.51"; got != want {
 		t.Errorf("summary line\n got %s\nwant %s", got, want)
 	}
 	s.cost.HasSyscalls, s.oneway = false, true
-	if got, want := s.String(), want+" oneway=1 cpu_ns_per_msg=20346 cgo_per_msg=3.02 syscalls_per_msg=-"; got != want {
+	if got, want := s.String(), want+" oneway=1 cpu_ns_per_msg=20346 cgo_per_msg=3.02 syscalls_per_msg=- switches_per_msg=0.51"; got != want {
 		t.Errorf("summary line, one way, system calls not counted\n got %s\nwant %s", got, want)
 	}
 	s.oneway = false

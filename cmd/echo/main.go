@@ -16,19 +16,20 @@
 // ones, have made the round trip. Each echo is checked against the message
 // sent. It ends by printing one summary line on standard output:
 //
-//	transport=tcp size=64 conns=1 msgs=10000 p50_us=12.3 p99_us=45.6 p999_us=78.9 msgs_per_s=12345 MBps=1.58 api=conn spin_us=0 depth=1 warmup=1000 wall_s=0.810 cpu_ns_per_msg=20345 cgo_per_msg=0.00 syscalls_per_msg=4.02
+//	transport=tcp size=64 conns=1 msgs=10000 p50_us=12.3 p99_us=45.6 p999_us=78.9 msgs_per_s=12345 MBps=1.58 api=conn spin_us=0 depth=1 warmup=1000 wall_s=0.810 cpu_ns_per_msg=20345 cgo_per_msg=0.00 syscalls_per_msg=4.02 switches_per_msg=0.51
 //
 // The latencies are round-trip times, from the start of the write to the end
 // of the read of the whole echo; msgs_per_s is the measured messages over the
 // wall time of the measured phase; MBps counts the payload one way. Further
 // fields may be added at the end of the line, never before.
 //
-// The last three fields are what the client process spent in the measured
+// The last four fields are what the client process spent in the measured
 // phase, per measured message: its CPU time, user and system, by
-// getrusage; its calls from Go to C (cgo), by the runtime's count; and its
+// getrusage; its calls from Go to C (cgo), by the runtime's count; its
 // system calls, counted by the kernel: on Linux, where tracefs is mounted
 // and the process may open a perf event on the raw_syscalls:sys_enter
-// tracepoint (as root). A figure that cannot be measured is "-", and
+// tracepoint (as root); and its threads' context switches, voluntary and
+// involuntary, by getrusage. A figure that cannot be measured is "-", and
 // stderr says why system calls are not counted. The figures cover every
 // thread of the client process and nothing else: the server, a process
 // of its own, is not in them (where a server runs in the same process, as
@@ -445,18 +446,19 @@ func (s summary) String() string {
 	if s.oneway {
 		line += " oneway=1"
 	}
-	cpu, cgo, syscalls := "-", "-", "-"
+	cpu, cgo, syscalls, switches := "-", "-", "-", "-"
 	if s.metered {
 		per := func(x float64) float64 { return x / float64(s.msgs) }
 		if s.cost.HasCPU {
 			cpu = fmt.Sprintf("%.0f", per(float64(s.cost.CPU.Nanoseconds())))
+			switches = fmt.Sprintf("%.2f", per(float64(s.cost.Switches)))
 		}
 		cgo = fmt.Sprintf("%.2f", per(float64(s.cost.Cgo)))
 		if s.cost.HasSyscalls {
 			syscalls = fmt.Sprintf("%.2f", per(float64(s.cost.Syscalls)))
 		}
 	}
-	return line + " cpu_ns_per_msg=" + cpu + " cgo_per_msg=" + cgo + " syscalls_per_msg=" + syscalls
+	return line + " cpu_ns_per_msg=" + cpu + " cgo_per_msg=" + cgo + " syscalls_per_msg=" + syscalls + " switches_per_msg=" + switches
 }
 
 // micros returns d in microseconds.

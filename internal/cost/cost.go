@@ -9,6 +9,12 @@
 //
 //   - CPU time is user plus system time from getrusage(RUSAGE_SELF), on
 //     Unix systems.
+//   - Context switches, voluntary (the thread waited) and involuntary
+//     (the kernel, or a sched_yield, gave its CPU to another thread), come
+//     from the same getrusage call. They show a Go program's threads
+//     taking turns on a CPU: a goroutine that sleeps and wakes, or the
+//     runtime handing a processor to another thread while a thread is
+//     in a long call into C.
 //   - Cgo calls are runtime.NumCgoCall's count, everywhere.
 //   - System calls are counted by the kernel, on Linux only: a perf event
 //     on the raw_syscalls:sys_enter tracepoint, one per thread of the
@@ -36,6 +42,7 @@ type Reading struct {
 	CPU      time.Duration // user and system CPU time; valid if HasCPU
 	Cgo      int64         // calls from Go to C
 	Syscalls uint64        // system calls since the Meter opened; valid if HasSyscalls
+	Switches int64         // context switches of every thread; valid if HasCPU
 
 	HasCPU      bool
 	HasSyscalls bool
@@ -48,6 +55,7 @@ func (r Reading) Sub(start Reading) Reading {
 		CPU:         r.CPU - start.CPU,
 		Cgo:         r.Cgo - start.Cgo,
 		Syscalls:    r.Syscalls - start.Syscalls,
+		Switches:    r.Switches - start.Switches,
 		HasCPU:      r.HasCPU && start.HasCPU,
 		HasSyscalls: r.HasSyscalls && start.HasSyscalls,
 	}
@@ -92,7 +100,7 @@ func (m *Meter) SyscallsErr() error { return m.sysErr }
 // counters count those too.
 func (m *Meter) Read() Reading {
 	var r Reading
-	r.CPU, r.HasCPU = cpuTime()
+	r.CPU, r.Switches, r.HasCPU = usage()
 	r.Cgo = runtime.NumCgoCall()
 	if m.sys != nil {
 		r.Syscalls, r.HasSyscalls = m.sys.read()

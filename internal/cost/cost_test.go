@@ -35,9 +35,9 @@ func TestMeterCountsSyscallsOnlyIfAsked(t *testing.T) {
 }
 
 func TestSubKnowsWhatBothKnow(t *testing.T) {
-	a := Reading{CPU: 10, Cgo: 3, Syscalls: 7, HasCPU: true, HasSyscalls: true}
-	b := Reading{CPU: 25, Cgo: 8, Syscalls: 20, HasCPU: true, HasSyscalls: true}
-	want := Reading{CPU: 15, Cgo: 5, Syscalls: 13, HasCPU: true, HasSyscalls: true}
+	a := Reading{CPU: 10, Cgo: 3, Syscalls: 7, Switches: 2, HasCPU: true, HasSyscalls: true}
+	b := Reading{CPU: 25, Cgo: 8, Syscalls: 20, Switches: 9, HasCPU: true, HasSyscalls: true}
+	want := Reading{CPU: 15, Cgo: 5, Syscalls: 13, Switches: 7, HasCPU: true, HasSyscalls: true}
 	if got := b.Sub(a); got != want {
 		t.Errorf("Sub = %+v, want %+v", got, want)
 	}

@@ -4,5 +4,6 @@ package cost
 
 import "time"
 
-// cpuTime reports the CPU time unknown: there is no getrusage here.
-func cpuTime() (time.Duration, bool) { return 0, false }
+// usage reports the CPU time and context switches unknown: there is no
+// getrusage here.
+func usage() (cpu time.Duration, switches int64, ok bool) { return 0, 0, false }

@@ -48,3 +48,25 @@ func TestCPUTime(t *testing.T) {
 		t.Errorf("%v of process CPU time for %v spent on one thread in %v of wall time", d.CPU, spend, wall)
 	}
 }
+
+// TestContextSwitches puts a thread to sleep a known number of times and
+// checks that the process counted at least that many context switches:
+// each sleep of a locked thread blocks it in the kernel.
+func TestContextSwitches(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	const sleeps = 20
+	m := Open(Config{})
+	defer m.Close()
+	start := m.Read()
+	for range sleeps {
+		time.Sleep(time.Millisecond)
+	}
+	d := m.Read().Sub(start)
+	if !d.HasCPU {
+		t.Fatal("no context switches on a Unix system")
+	}
+	if d.Switches < sleeps {
+		t.Errorf("%d context switches counted over %d sleeps", d.Switches, sleeps)
+	}
+}

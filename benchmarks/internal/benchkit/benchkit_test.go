@@ -39,6 +39,8 @@ func TestParseSummaryCosts(t *testing.T) {
 		{line64, Costs{}}, // from before the costs were printed
 		{line64 + " wall_s=0.810 cpu_ns_per_msg=20346 cgo_per_msg=3.02 syscalls_per_msg=4.02",
 			Costs{CPUNs: known(20346), Cgo: known(3.02), Syscalls: known(4.02)}},
+		{line64 + " wall_s=0.810 cpu_ns_per_msg=20346 cgo_per_msg=3.02 syscalls_per_msg=4.02 switches_per_msg=0.75",
+			Costs{CPUNs: known(20346), Cgo: known(3.02), Syscalls: known(4.02), Switches: known(0.75)}},
 		{line64 + " wall_s=0.810 oneway=1 cpu_ns_per_msg=812 cgo_per_msg=0.00 syscalls_per_msg=-",
 			Costs{CPUNs: known(812), Cgo: known(0)}},
 	} {
@@ -64,15 +66,15 @@ func TestParseSummaryCosts(t *testing.T) {
 func TestMedianCosts(t *testing.T) {
 	known := func(x float64) Cost { return Cost{Value: x, Known: true} }
 	runs := []Costs{
-		{CPUNs: known(300), Cgo: known(3), Syscalls: known(5)},
-		{CPUNs: known(100), Cgo: known(2), Syscalls: Cost{}},
-		{CPUNs: known(200), Cgo: known(4), Syscalls: known(1)},
+		{CPUNs: known(300), Cgo: known(3), Syscalls: known(5), Switches: known(0.5)},
+		{CPUNs: known(100), Cgo: known(2), Syscalls: Cost{}, Switches: known(1.5)},
+		{CPUNs: known(200), Cgo: known(4), Syscalls: known(1), Switches: known(2)},
 	}
 	m := MedianCosts(runs)
-	if want := (Costs{CPUNs: known(200), Cgo: known(3)}); m != want {
+	if want := (Costs{CPUNs: known(200), Cgo: known(3), Switches: known(1.5)}); m != want {
 		t.Errorf("MedianCosts = %+v, want %+v (system calls unknown in one run)", m, want)
 	}
-	if got, want := strings.Join(m.Cells(), " "), "200 3.00 -"; got != want {
+	if got, want := strings.Join(m.Cells(), " "), "200 3.00 - 1.50"; got != want {
 		t.Errorf("Cells = %q, want %q", got, want)
 	}
 	if got := MedianCosts(nil); got != (Costs{}) {

@@ -132,17 +132,17 @@ func (c Cost) Format(prec int) string {
 }
 
 // Costs are what the echo client process spent per measured message: CPU
-// time, calls from Go to C, and system calls.
+// time, calls from Go to C, system calls, and context switches.
 type Costs struct {
-	CPUNs, Cgo, Syscalls Cost
+	CPUNs, Cgo, Syscalls, Switches Cost
 }
 
 // CostsHeader heads the table columns of Costs.Cells.
-var CostsHeader = []string{"CPU ns/msg", "cgo/msg", "syscalls/msg"}
+var CostsHeader = []string{"CPU ns/msg", "cgo/msg", "syscalls/msg", "switches/msg"}
 
 // Cells returns c as table cells, under CostsHeader.
 func (c Costs) Cells() []string {
-	return []string{c.CPUNs.Format(0), c.Cgo.Format(2), c.Syscalls.Format(2)}
+	return []string{c.CPUNs.Format(0), c.Cgo.Format(2), c.Syscalls.Format(2), c.Switches.Format(2)}
 }
 
 // MedianCosts returns the median of each cost over cs; a cost is known
@@ -166,6 +166,7 @@ func MedianCosts(cs []Costs) Costs {
 		CPUNs:    median(func(c Costs) Cost { return c.CPUNs }),
 		Cgo:      median(func(c Costs) Cost { return c.Cgo }),
 		Syscalls: median(func(c Costs) Cost { return c.Syscalls }),
+		Switches: median(func(c Costs) Cost { return c.Switches }),
 	}
 }
 
@@ -218,6 +219,7 @@ func ParseSummary(line string) (Sample, error) {
 		{"cpu_ns_per_msg", &s.Costs.CPUNs},
 		{"cgo_per_msg", &s.Costs.Cgo},
 		{"syscalls_per_msg", &s.Costs.Syscalls},
+		{"switches_per_msg", &s.Costs.Switches},
 	} {
 		v, ok := fields[f.key]
 		if !ok || v == "-" {
