@@ -696,13 +696,8 @@ func TestSpinBudget(t *testing.T) {
 // mostly longer than the cap, and spins again once events come quickly.
 func TestAdaptiveSpin(t *testing.T) {
 	leakcheck.Check(t)
-	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
 	const limit = 200 * time.Microsecond
-	src := &pollSource{fd: fd}
+	src := newPollSource(t)
 	s := newSelector(t, selector.Config{MaxSpin: limit})
 	if got := s.Stats().SpinBudget; got != 0 {
 		t.Errorf("SpinBudget %v without a poller; want 0", got)
@@ -751,6 +746,18 @@ type pollSource struct {
 	raceAt  int  // Arm call that reports a race, having queued an event
 	arms    int
 	polls   int
+}
+
+// newPollSource returns a pollSource on an eventfd, closed when the test
+// ends.
+func newPollSource(t testing.TB) *pollSource {
+	t.Helper()
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return &pollSource{fd: fd}
 }
 
 func (p *pollSource) FD() int                                   { return p.fd }
@@ -807,12 +814,8 @@ func (c *polledChan) Unbind(r *selector.Registration) {
 
 func TestPollerArmRace(t *testing.T) {
 	leakcheck.Check(t)
-	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	src := &pollSource{fd: fd, raceAt: 1}
+	src := newPollSource(t)
+	src.raceAt = 1
 	s := newSelector(t, selector.Config{})
 	c := &polledChan{fdChan: fdChan{t: t, fd: -1}, src: src}
 	k := register(t, s, c, selectionkey.OpRead)
@@ -861,12 +864,7 @@ func TestPollerArmRace(t *testing.T) {
 // select armed is answered by that arm and costs no second one.
 func TestNudgeRearms(t *testing.T) {
 	leakcheck.Check(t)
-	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	src := &pollSource{fd: fd}
+	src := newPollSource(t)
 	s := newSelector(t, selector.Config{SpinBudget: selector.NoSpin})
 	register(t, s, &polledChan{fdChan: fdChan{t: t, fd: -1}, src: src}, selectionkey.OpRead)
 	arms := func() int {
