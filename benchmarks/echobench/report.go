@@ -101,7 +101,7 @@ func (r *results) buildTable(baseline string) *benchkit.Table {
 	t := &benchkit.Table{
 		Header: append([]string{"size", "conns", "api", "p50 us", "p99 us", "msgs/s", "MB/s",
 			"p50 vs " + baseline, "p99 vs " + baseline, "msgs/s vs " + baseline}, benchkit.CostsHeader...),
-		Right:  []bool{true, true, false, true, true, true, true, true, true, true, true, true, true, true},
+		Right:  append([]bool{true, true, false, true, true, true, true, true, true, true}, benchkit.CostsRight...),
 		ErrCol: errCol,
 	}
 	for _, p := range r.points {

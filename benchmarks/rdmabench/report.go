@@ -324,7 +324,7 @@ func (r *results) has(name string) bool {
 func (r *results) measurementTable() *benchkit.Table {
 	t := &benchkit.Table{
 		Header: append([]string{"size", "contender", "one-way p50 us", "one-way p99 us", "MB/s", "msgs/s"}, benchkit.CostsHeader...),
-		Right:  []bool{true, false, true, true, true, true, true, true, true, true},
+		Right:  append([]bool{true, false, true, true, true, true}, benchkit.CostsRight...),
 		ErrCol: 2,
 	}
 	for _, size := range r.sizes {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -139,6 +140,9 @@ type Costs struct {
 
 // CostsHeader heads the table columns of Costs.Cells.
 var CostsHeader = []string{"CPU ns/msg", "cgo/msg", "syscalls/msg", "switches/msg"}
+
+// CostsRight aligns the columns of CostsHeader, numbers all, to the right.
+var CostsRight = slices.Repeat([]bool{true}, len(CostsHeader))
 
 // Cells returns c as table cells, under CostsHeader.
 func (c Costs) Cells() []string {
