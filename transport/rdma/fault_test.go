@@ -438,3 +438,44 @@ func echoLoop(sel *selector.Selector, l *Listener, stop chan struct{}) error {
 		}
 	}
 }
+
+// TestRefusedWhenSRQFull checks that a listener whose shared receive
+// queue has no credits left for one more connection refuses it and lives
+// on: the refused connection's queue pair and ID are destroyed once, by
+// its teardown. The ID used to be destroyed before that too, and
+// destroying the queue pair and the ID again crashed the process.
+func TestRefusedWhenSRQFull(t *testing.T) {
+	const dials = 8
+	srv, addr := newTransport(t, Config{SharedReceiveQueue: true, SRQSize: 8, PeerCredits: 2, MaxMessageSize: 4 << 10})
+	cli, _ := newTransport(t, Config{MaxMessageSize: 4 << 10})
+	ctx := context.Background()
+	ln, err := srv.Listen(ctx, net.JoinHostPort(addr, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+	refused := 0
+	for range dials {
+		c, err := cli.Dial(ctx, ln.Addr().String())
+		if err != nil {
+			refused++
+			continue
+		}
+		defer c.Close()
+	}
+	if refused == 0 {
+		t.Fatalf("a shared receive queue of 8 took all %d connections", dials)
+	}
+	if n, last := srv.Rejects(); n == 0 || last == nil || !strings.Contains(last.Error(), "shared receive queue full") {
+		t.Fatalf("the listener counted %d rejects, the last for %v; want the shared receive queue full", n, last)
+	}
+}

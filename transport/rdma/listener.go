@@ -108,7 +108,9 @@ func (l *Listener) handleEvent(ev *verbs.Event, sink *selector.Sink) {
 		sel = r.Selector()
 	}
 	if err := c.setupQP(sel); err != nil {
-		l.rejected(id, err)
+		// id is the connection's now: its teardown destroys it, after
+		// the queue pair setupQP may have made on it.
+		l.refused(id, err)
 		c.teardown()
 		return
 	}
@@ -136,8 +138,14 @@ func (l *Listener) handleEvent(ev *verbs.Event, sink *selector.Sink) {
 // rejected turns a connect request down and records why, for
 // Transport.LastReject.
 func (l *Listener) rejected(id verbs.ID, why error) {
-	_ = id.Reject()
+	l.refused(id, why)
 	_ = id.Destroy()
+}
+
+// refused rejects the connect request on id, which the caller destroys,
+// and records why.
+func (l *Listener) refused(id verbs.ID, why error) {
+	_ = id.Reject()
 	l.t.rejects.Add(1)
 	l.t.lastReject.Store(&why)
 }
