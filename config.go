@@ -24,8 +24,12 @@ type Config struct {
 	// bufpool.DefaultBufferSize for TCP, rdma.DefaultMaxMessageSize for
 	// RDMA.
 	MaxMessageSize int
-	// SpinBudget is how long a poller polls before it sleeps; see
-	// selector.Config. Default 0.
+	// SpinBudget is how long a poller polls before it sleeps, and over
+	// RDMA how long a Read polls the device before it waits for its
+	// poller; see selector.Config. Default 0: a Read's budget adapts to
+	// its recent waits and the pollers sleep at once, since a poller
+	// spinning beside a Read only competes with it for the CPU (over
+	// TCP nobody spins). A positive value fixes both.
 	SpinBudget time.Duration
 	// Pollers is the number of poller goroutines. Default GOMAXPROCS at
 	// NewStack.

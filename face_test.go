@@ -142,6 +142,31 @@ func TestReadSpinSeesThePollersMessage(t *testing.T) {
 	}
 }
 
+// TestPollersSleepByDefault checks that with the default configuration
+// only the Reads spin over RDMA: the pollers, which poll the same
+// completion queues, never do, so that they do not compete with a spinning
+// Read for the CPU.
+func TestPollersSleepByDefault(t *testing.T) {
+	address := testAddr(t, "rdma")
+	s := newStack(t, rubin.Config{Transport: "rdma", MaxMessageSize: 4 << 10})
+	c, peer := dialPair(t, s, address)
+	go io.Copy(peer, peer)
+	b := make([]byte, 64)
+	for range 50 {
+		if _, err := c.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, st := range s.Stats().Selectors {
+		if st.Spins != 0 || st.SpinBudget != 0 {
+			t.Errorf("poller %d spun %d rounds, with a budget of %v now; want none", i, st.Spins, st.SpinBudget)
+		}
+	}
+}
+
 // TestReadSpinEndsAtTheDeadline checks that a Read spinning on the device
 // for a message that does not come returns at its deadline, however long
 // the spin budget.

@@ -207,8 +207,16 @@ func newStack(cfg Config, g *guard) (*stack, error) {
 		return nil, err
 	}
 	s := &stack{cfg: cfg, g: g, tr: tr}
+	// Unless the budget is fixed, the pollers sleep at once. A Read that
+	// waits over RDMA polls the device itself (conn.Read), and a poller
+	// spinning beside it would only compete with it for the CPU and take
+	// its messages into the inbox first; over TCP nobody spins.
+	budget := cfg.SpinBudget
+	if budget == 0 {
+		budget = selector.NoSpin
+	}
 	for range cfg.Pollers {
-		sel, err := selector.New(selector.Config{SpinBudget: cfg.SpinBudget})
+		sel, err := selector.New(selector.Config{SpinBudget: budget})
 		if err != nil {
 			s.stop()
 			tr.Close()
