@@ -413,13 +413,17 @@ func (r *Replica) stalled() bool {
 
 // answerLaggard responds to a peer retransmitting votes for a slot we
 // committed: it stalls there, probably for lost messages, so we send it
-// our own messages for every slot of this view we committed. At most once
+// our own messages for that slot and every later one of this view we
+// committed. Not the earlier ones: the peer retransmits from the first
+// slot it has not executed, so it has those, and resending the whole log
+// to every laggard made the traffic grow with its length on a network
+// merely slower than FetchTicks (TestSlowNetworkTraffic). At most once
 // per FetchTicks per peer, which also ends any echo between two replicas.
 func (r *Replica) answerLaggard(to ReplicaID, e *entry) {
 	if !e.committed || e.cView != r.view {
 		return
 	}
-	r.resendCommitted(to, 0)
+	r.resendCommitted(to, e.seq-1)
 }
 
 // resendCommitted sends replica to this replica's own pre-prepare (if it
