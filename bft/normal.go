@@ -413,17 +413,35 @@ func (r *Replica) stalled() bool {
 
 // answerLaggard responds to a peer retransmitting votes for a slot we
 // committed: it stalls there, probably for lost messages, so we send it
-// our own messages for that slot and every later one of this view we
-// committed. Not the earlier ones: the peer retransmits from the first
-// slot it has not executed, so it has those, and resending the whole log
-// to every laggard made the traffic grow with its length on a network
-// merely slower than FetchTicks (TestSlowNetworkTraffic). At most once
-// per FetchTicks per peer, which also ends any echo between two replicas.
+// our own messages for the slots of this view we committed, from the
+// first one it has not sent us its commit for. Not the whole log: the
+// slots it committed it has, and answering every resend with the whole
+// log made the traffic grow with its length on a network merely slower
+// than FetchTicks (TestSlowNetworkTraffic). Not only from the resent slot
+// either: a peer that missed an earlier slot's pre-prepare has no vote of
+// its own to resend for it (TestLaggardMissingTheFrontSlot). At most
+// once per FetchTicks per peer, which also ends any echo between two
+// replicas.
 func (r *Replica) answerLaggard(to ReplicaID, e *entry) {
-	if !e.committed || e.cView != r.view {
+	if !e.committed || e.cView != r.view || r.answeredLately(to) {
 		return
 	}
-	r.resendCommitted(to, e.seq-1)
+	from := e.seq
+	for s, o := range r.log {
+		if s < from && o.committed && o.view == r.view {
+			if _, ok := o.commits[to]; !ok {
+				from = s
+			}
+		}
+	}
+	r.resendCommitted(to, from-1)
+}
+
+// answeredLately reports whether resendCommitted answered replica within
+// the last FetchTicks.
+func (r *Replica) answeredLately(replica ReplicaID) bool {
+	last, ok := r.lastAnswer[replica]
+	return ok && r.now-last < uint64(r.cfg.FetchTicks)
 }
 
 // resendCommitted sends replica to this replica's own pre-prepare (if it
@@ -432,7 +450,7 @@ func (r *Replica) answerLaggard(to ReplicaID, e *entry) {
 // only what it sent before, so also while it changes views. A peer in
 // another view drops them as stale. At most once per FetchTicks per peer.
 func (r *Replica) resendCommitted(to ReplicaID, above uint64) {
-	if last, ok := r.lastAnswer[to]; ok && r.now-last < uint64(r.cfg.FetchTicks) {
+	if r.answeredLately(to) {
 		return
 	}
 	r.lastAnswer[to] = r.now

@@ -54,3 +54,29 @@ func TestSlowNetworkTraffic(t *testing.T) {
 		t.Errorf("a slow network delivered %.0f messages per request, %.0f times a fast one's %.0f", slow, slow/fast, fast)
 	}
 }
+
+// A replica that missed the first slot's pre-prepare, and only that, holds
+// every later slot and resends its votes for them. The others answer from
+// the slots it resends, so it must ask for what it lacks before them, or
+// it waits for the next stable checkpoint (none here, in 1024 slots).
+func TestLaggardMissingTheFrontSlot(t *testing.T) {
+	n := newNet(t, simnet.Options{Clients: 1, Seed: 3, Config: func(c *bft.Config) {
+		c.CheckpointInterval, c.WatermarkWindow = 1024, 2048
+	}})
+	dropped := false
+	n.Drop = func(from, to bft.Target, m bft.Message) bool {
+		if pp, ok := m.(*bft.PrePrepare); ok && !dropped && pp.Seq == 1 && to == bft.ToReplica(3) {
+			dropped = true
+			return true
+		}
+		return false
+	}
+	if !n.Load(20, 100000, op) {
+		t.Fatalf("not finished: %v", n.LastErrors)
+	}
+	want := n.Replicas[0].Status().LastExecuted
+	if !n.Run(2000, func() bool { return n.Replicas[3].Status().LastExecuted == want }) {
+		t.Fatalf("replica 3 executed %d of %d slots; dropped the first pre-prepare: %v", n.Replicas[3].Status().LastExecuted, want, dropped)
+	}
+	checkSameOrder(t, n)
+}
