@@ -56,9 +56,10 @@ func TestSlowNetworkTraffic(t *testing.T) {
 }
 
 // A replica that missed the first slot's pre-prepare, and only that, holds
-// every later slot and resends its votes for them. The others answer from
-// the slots it resends, so it must ask for what it lacks before them, or
-// it waits for the next stable checkpoint (none here, in 1024 slots).
+// every later slot and resends its votes for them, but has none to resend
+// for the first. The others' answers must reach back to it (from the first
+// slot they have no commit of the laggard's for), or it waits for the
+// next stable checkpoint (none here, in 1024 slots).
 func TestLaggardMissingTheFrontSlot(t *testing.T) {
 	n := newNet(t, simnet.Options{Clients: 1, Seed: 3, Config: func(c *bft.Config) {
 		c.CheckpointInterval, c.WatermarkWindow = 1024, 2048

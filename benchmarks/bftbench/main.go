@@ -98,7 +98,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.timeout, "timeout", 3*time.Minute, "longest one bench run may take")
 	fs.BoolVar(&cfg.targets, "targets", true, "judge the project's targets, which are set for TCP on this machine's loopback")
 	fs.BoolVar(&cfg.pin, "pin", true, "pin the replicas to CPU 1 and the clients to CPU 0 with taskset")
-	fs.DurationVar(&cfg.spin, "spin", 0, "busy-poll budget of every replica's and client's pollers (rubin.Config.SpinBudget)")
+	fs.DurationVar(&cfg.spin, "spin", 0, "busy-poll budget of every replica's and client's event loop (rubin.Config.SpinBudget; 0 adapts)")
 	fs.BoolVar(&cfg.durable, "durable", false, "also measure every transport with replicas that persist (bft replica -data-dir), as contender TRANSPORT+disk, alternating with it in every round")
 	fs.BoolVar(&cfg.quick, "quick", false, "a small run for CI: at most 500 operations, one round, the first size and client count only")
 	if err := fs.Parse(args); err != nil {
@@ -157,7 +157,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.pin {
 		launcher, placement = benchkit.Pinned(ctx)
 	}
-	placement += fmt.Sprintf("; pollers spin %v before sleeping", cfg.spin)
+	if cfg.spin == 0 {
+		placement += "; spin budget adaptive (the default)"
+	} else {
+		placement += fmt.Sprintf("; spin budget %v", cfg.spin)
+	}
 	fmt.Fprintln(stdout, "placement:", placement)
 	res := newResults(cfg)
 	start := time.Now()

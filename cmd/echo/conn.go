@@ -9,7 +9,7 @@ import (
 // The conn api runs the echo protocol over rubin's net.Conn face, exactly as
 // a program written for package net would after swapping net.Listen and
 // net.Dial for rubin's: the same server and client code as gonet, with the
-// listener and connections from a rubin.Stack whose pollers spin for -spin.
+// listener and connections from a rubin.Stack whose spin budget is -spin.
 func init() {
 	registerAPI("conn", api{
 		serve: func(ctx context.Context, cfg serverConfig) error {
