@@ -8,6 +8,7 @@ import (
 	"net"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,6 +93,14 @@ func roundTrip(tb testing.TB, c *Conn, size int) {
 // selector-driven server together, to no heap allocation per message: a
 // blocking Send and Receive on the client, the completion queue polled by
 // the transport's poller on one side and by a selector on the other.
+//
+// The runtime allocates on its own at times. A goroutine that blocks on a
+// contended mutex (the poller, on a connection whose Send is posting)
+// takes a sudog from a per-processor cache, and a garbage collection
+// empties the shared cache behind it, so now and then one window of 2000
+// round trips counts a hundred of them. A window that allocates is
+// measured again, up to three times in all, before the test fails: an
+// allocation per message of ours shows in every window.
 func TestEchoDoesNotAllocate(t *testing.T) {
 	tr, addr := newTransport(t, Config{})
 	c := echoClient(t, tr, addr)
@@ -106,10 +115,19 @@ func TestEchoDoesNotAllocate(t *testing.T) {
 			return after.Mallocs - before.Mallocs
 		}
 		mallocs(200) // let pools, queues and the runtime settle
-		small, large := mallocs(100), mallocs(2100)
-		// The difference cancels what a measurement itself allocates.
-		if perMsg := float64(int64(large)-int64(small)) / 2000; perMsg > 0.05 {
-			t.Errorf("%d bytes: %.3f allocations per round trip (%d for 100, %d for 2100)", size, perMsg, small, large)
+		var seen []string
+		for range 3 {
+			small, large := mallocs(100), mallocs(2100)
+			// The difference cancels what a measurement itself allocates.
+			perMsg := float64(int64(large)-int64(small)) / 2000
+			if perMsg <= 0.05 {
+				seen = nil
+				break
+			}
+			seen = append(seen, fmt.Sprintf("%.3f (%d for 100, %d for 2100)", perMsg, small, large))
+		}
+		if seen != nil {
+			t.Errorf("%d bytes: allocations per round trip in three windows: %s", size, strings.Join(seen, "; "))
 		}
 	}
 }
