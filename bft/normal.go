@@ -350,6 +350,7 @@ func (r *Replica) execute(e *entry) {
 	r.committed = append(r.committed, Committed{View: e.cView, Seq: e.seq, Digest: e.cDigest, Batch: e.batch, Time: ctx.Time, Proposed: e.cTime})
 	r.reqTimer = 0
 	r.fetchTimer = 0
+	r.stallTimer, r.resendBackoff = 0, 0
 	if e.seq%r.cfg.CheckpointInterval == 0 {
 		r.checkpoint(e.seq)
 	}
@@ -358,17 +359,26 @@ func (r *Replica) execute(e *entry) {
 // tickResend retransmits this replica's own normal-case messages for the
 // slots that have not committed when execution stalls for FetchTicks: the
 // links may lose messages, and without this every loss would cost a view
-// change. Receivers drop what they already counted (ErrDuplicate).
+// change. Receivers drop what they already counted (ErrDuplicate). Each
+// execution restarts the wait, so a replica whose slots keep executing,
+// however long each takes, resends nothing; and every resend without an
+// execution since doubles it, up to 16 times FetchTicks. A slot that
+// merely takes longer than FetchTicks is queued, not lost: resending
+// every uncommitted slot (the primary's pre-prepares with their batches)
+// at a fixed period then only lengthened the queues, and so the wait,
+// until a loaded cluster on a slow network changed views over and over
+// and executed almost nothing (TestSlowNetworkLoadedViewChange).
 func (r *Replica) tickResend() {
 	if !r.stalled() {
 		r.stallTimer = 0
 		return
 	}
 	r.stallTimer++
-	if r.stallTimer < r.cfg.FetchTicks {
+	if r.stallTimer < r.cfg.FetchTicks<<r.resendBackoff {
 		return
 	}
 	r.stallTimer = 0
+	r.resendBackoff = min(r.resendBackoff+1, maxBackoff)
 	resent := false
 	for s := r.lastExec + 1; s <= r.nextSeq && s-r.lastExec <= r.cfg.WatermarkWindow; s++ {
 		e := r.log[s]

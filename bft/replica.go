@@ -82,9 +82,12 @@ type Replica struct {
 	// untimely is the tick this replica last refused a pre-prepare of its
 	// view above what it executed for its time (0: never).
 	untimely uint64
-	// Retransmission timers: for slots that stall, and for our view change.
-	stallTimer int
-	vcResend   int
+	// Retransmission timers: for slots that stall, and for our view
+	// change; resendBackoff doubles the first for each resend without an
+	// execution since (tickResend).
+	stallTimer    int
+	resendBackoff uint
+	vcResend      int
 
 	// Checkpoints.
 	ckpts      map[uint64]*ownCheckpoint // own, at seqs >= low

@@ -81,3 +81,47 @@ func TestLaggardMissingTheFrontSlot(t *testing.T) {
 	}
 	checkSameOrder(t, n)
 }
+
+// A cluster that takes in only so many bytes per tick, loaded by 64
+// clients with 1 KiB requests, loses its primary. Requests now wait
+// longer than FetchTicks for their slots. When every replica resent its
+// messages for every uncommitted slot each FetchTicks while slots still
+// executed (the primary its pre-prepares, batches included), the copies
+// of what was only queued lengthened the queues, and so the wait, and
+// so the copies: the three replicas left executed 278 requests in the
+// last 1000 ticks, with 162 messages delivered per request, and reached
+// view 4. Resending only once execution stalls: 4818 requests, 7
+// messages each, in view 1.
+func TestSlowNetworkLoadedViewChange(t *testing.T) {
+	const clients, size, crashAt, ticks, window = 64, 1024, 300, 2000, 1000
+	n := newNet(t, simnet.Options{Clients: clients, Seed: 1})
+	n.MaxDelay = 3
+	n.Bandwidth = 15000
+	pad := make([]byte, size)
+	opN := func(c, k int) []byte { return append(op(c, k), pad...) }
+	done := func() int {
+		s := 0
+		for _, r := range n.Results {
+			s += len(r)
+		}
+		return s
+	}
+	var before int
+	var sent uint64
+	for k := range ticks {
+		switch k {
+		case crashAt:
+			n.Crashed[n.Replicas[0].Status().Primary] = true
+		case ticks - window:
+			before, sent = done(), n.Delivered
+		}
+		n.Load(1<<30, 1, opN)
+	}
+	checkSameOrder(t, n)
+	got := done() - before
+	per := float64(n.Delivered-sent) / float64(max(got, 1))
+	t.Logf("%d requests in the last %d ticks, %.0f messages delivered per request, view %d", got, window, per, n.Replicas[1].Status().View)
+	if got < 2000 {
+		t.Fatalf("the replicas left executed %d requests in the last %d ticks (%.0f messages delivered per request): the cluster collapsed", got, window, per)
+	}
+}

@@ -97,9 +97,14 @@ type Net struct {
 	DropRate float64 // probability a packet is lost
 	DupRate  float64 // probability a packet is delivered twice
 	MaxDelay int     // packets take 0..MaxDelay ticks
-	Reorder  bool    // deliver packets due together in random order
-	Crashed  []bool  // a crashed replica sends, receives and ticks nothing
-	Block    func(from, to bft.Target) bool
+	// Bandwidth bounds the encoded bytes each replica takes in per tick
+	// (0: unlimited): what arrives beyond it waits its turn, as on a
+	// machine whose CPU or network is slower than the load, so the
+	// delay grows with the traffic.
+	Bandwidth int
+	Reorder   bool   // deliver packets due together in random order
+	Crashed   []bool // a crashed replica sends, receives and ticks nothing
+	Block     func(from, to bft.Target) bool
 	// Drop loses the packets it returns true for: a partition that lets
 	// some kinds of messages through.
 	Drop      func(from, to bft.Target, m bft.Message) bool
@@ -139,6 +144,7 @@ type Net struct {
 
 	queue   []Packet
 	digests map[uint64]bft.Digest
+	rxFree  map[bft.Target]float64 // tick each replica's input is busy until (Bandwidth)
 }
 
 // Epoch is the simulated clock's reading at tick 0, and TickDuration how
@@ -173,6 +179,7 @@ func New(o Options) (*Net, error) {
 		ClockSkew: make([]time.Duration, o.N),
 		Errors:    make(map[error]int),
 		digests:   make(map[uint64]bft.Digest),
+		rxFree:    make(map[bft.Target]float64),
 		Seed:      o.Seed,
 		codec:     o.Codec,
 		appPad:    o.AppPad,
@@ -268,18 +275,23 @@ func (n *Net) enqueue(from bft.Target, e bft.Envelope) {
 	if n.DropRate > 0 && n.Rand.Float64() < n.DropRate {
 		return
 	}
-	if n.codec && e.Msg != nil {
-		m, err := wire.Decode(wire.Append(nil, e.Msg))
-		if err != nil {
-			n.CodecErrors++
-			n.record(Event{Kind: "codec", From: from, To: e.To, Msg: e.Msg, Err: err})
-			if !n.isFaulty(from) {
-				n.Check.fail("codec: %s from %s to %s: %v", Describe(e.Msg), tname(from), tname(e.To), err)
+	size := 0
+	if (n.codec || n.Bandwidth > 0) && e.Msg != nil {
+		b := wire.Append(nil, e.Msg)
+		size = len(b)
+		if n.codec {
+			m, err := wire.Decode(b)
+			if err != nil {
+				n.CodecErrors++
+				n.record(Event{Kind: "codec", From: from, To: e.To, Msg: e.Msg, Err: err})
+				if !n.isFaulty(from) {
+					n.Check.fail("codec: %s from %s to %s: %v", Describe(e.Msg), tname(from), tname(e.To), err)
+				}
+				return
 			}
-			return
+			e.Msg = m
+			n.CodecRoundTrips++
 		}
-		e.Msg = m
-		n.CodecRoundTrips++
 	}
 	copies := 1
 	if n.DupRate > 0 && n.Rand.Float64() < n.DupRate {
@@ -290,7 +302,13 @@ func (n *Net) enqueue(from bft.Target, e bft.Envelope) {
 		if n.MaxDelay > 0 {
 			d = n.Rand.IntN(n.MaxDelay + 1)
 		}
-		n.queue = append(n.queue, Packet{From: from, To: e.To, Msg: e.Msg, At: n.Now + uint64(d)})
+		at := n.Now + uint64(d)
+		if n.Bandwidth > 0 && !e.To.Client {
+			free := max(float64(at), n.rxFree[e.To]) + float64(size)/float64(n.Bandwidth)
+			n.rxFree[e.To] = free
+			at = uint64(free)
+		}
+		n.queue = append(n.queue, Packet{From: from, To: e.To, Msg: e.Msg, At: at})
 	}
 }
 
