@@ -432,8 +432,22 @@ func (r *Replica) stalled() bool {
 // its own to resend for it (TestLaggardMissingTheFrontSlot). At most
 // once per FetchTicks per peer, which also ends any echo between two
 // replicas.
+//
+// Nor to a peer that is slow rather than stuck: if the first slot we
+// lack its commit for moved up since we last looked (at most once per
+// FetchTicks), its votes still come, only late, and what we would send
+// is already on its way to it. Answered anyway, the primary's answers
+// (pre-prepares with their batches, for every slot the peer is behind)
+// queued up ahead of what the peer needed, so it fell further behind and
+// drew longer answers, until a loaded cluster that had lost a replica
+// could not commit (TestSlowNetworkLoadedViewChange). A peer that is
+// stuck stops moving, and is answered the next time it resends.
 func (r *Replica) answerLaggard(to ReplicaID, e *entry) {
 	if !e.committed || e.cView != r.view || r.answeredLately(to) {
+		return
+	}
+	last, seen := r.lagMarks[to]
+	if seen && r.now-last.at < uint64(r.cfg.FetchTicks) {
 		return
 	}
 	from := e.seq
@@ -443,6 +457,10 @@ func (r *Replica) answerLaggard(to ReplicaID, e *entry) {
 				from = s
 			}
 		}
+	}
+	r.lagMarks[to] = lagMark{view: r.view, from: from, at: r.now}
+	if seen && last.view == r.view && from > last.from {
+		return
 	}
 	r.resendCommitted(to, from-1)
 }

@@ -107,8 +107,9 @@ type Replica struct {
 	future      map[ReplicaID][]Message
 	futureBytes map[ReplicaID]int // msgMem of future's messages per sender
 	peerView    map[ReplicaID]uint64
-	lastHelp    map[ReplicaID]uint64 // tick a peer was last sent our new view
-	lastAnswer  map[ReplicaID]uint64 // tick a lagging peer was last sent our votes
+	lastHelp    map[ReplicaID]uint64  // tick a peer was last sent our new view
+	lastAnswer  map[ReplicaID]uint64  // tick a lagging peer was last sent our votes
+	lagMarks    map[ReplicaID]lagMark // where a lagging peer stood when we last looked (answerLaggard)
 
 	// Batches a new view named that this replica lacks (batchfetch.go).
 	fetching   map[uint64]*batchFetch
@@ -134,6 +135,10 @@ type Replica struct {
 
 	stats Status
 }
+
+// lagMark is where a lagging peer stood: the first slot of view we
+// committed without its commit, at tick at.
+type lagMark struct{ view, from, at uint64 }
 
 type reqKey struct {
 	client ClientID
@@ -282,6 +287,7 @@ func NewReplica(cfg Config) (*Replica, error) {
 		peerView:   make(map[ReplicaID]uint64),
 		lastHelp:   make(map[ReplicaID]uint64),
 		lastAnswer: make(map[ReplicaID]uint64),
+		lagMarks:   make(map[ReplicaID]lagMark),
 		lastServe:  make(map[ReplicaID]uint64),
 
 		chunkTick:    make([]uint64, cfg.N),
