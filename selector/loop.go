@@ -77,6 +77,7 @@ func (s *Selector) doSelect(timeout time.Duration) (int, error) {
 		s.nudged.Store(false)
 		if !s.arm() {
 			// Events raced with arming: poll again without sleeping.
+			s.rearms.Add(1)
 			if err := s.collect(0, true, true); err != nil {
 				return 0, err
 			}

@@ -106,9 +106,12 @@ type Stats struct {
 	Selected uint64 // keys selected, summed over all selects
 	Spins    uint64 // polling rounds while spinning
 	Sleeps   uint64 // times the selector slept in epoll
-	Wakeups  uint64 // times a sleeping selector was woken by Wakeup or Ready
-	Keys     int    // keys registered now
-	Sources  int    // event sources now
+	// Rearms counts the times arming found a poller busy or events
+	// already there, so the select polled again instead of sleeping.
+	Rearms  uint64
+	Wakeups uint64 // times a sleeping selector was woken by Wakeup or Ready
+	Keys    int    // keys registered now
+	Sources int    // event sources now
 	// SpinBudget is how long the next select would spin: the fixed
 	// budget, or the adaptive one learned so far.
 	SpinBudget time.Duration
@@ -146,7 +149,7 @@ type Selector struct {
 	nudged   atomic.Bool // Nudge called since the select last began to arm its pollers
 	signaled atomic.Bool // wakefd written and not yet drained
 
-	selects, selectedN, spins, sleeps, wakeups atomic.Uint64
+	selects, selectedN, spins, sleeps, rearms, wakeups atomic.Uint64
 }
 
 // New opens a selector.
@@ -245,6 +248,7 @@ func (s *Selector) Stats() Stats {
 		Selected:   s.selectedN.Load(),
 		Spins:      s.spins.Load(),
 		Sleeps:     s.sleeps.Load(),
+		Rearms:     s.rearms.Load(),
 		Wakeups:    s.wakeups.Load(),
 		Keys:       keys,
 		Sources:    sources,
