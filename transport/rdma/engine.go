@@ -52,6 +52,13 @@ type engine struct {
 	wcs     [verbs.Batch]verbs.WC
 	stashed int // completions polled by Arm, not yet dispatched
 	unacked int // completion channel events not yet acknowledged
+	// Events Handle took while a helper held pollMu; only the selecting
+	// goroutine touches it.
+	lateEvents int
+	// armWanted: the selector found pollMu held when it armed, and went
+	// to sleep; whoever holds pollMu arms the queue as it lets go
+	// (unlockPoll).
+	armWanted atomic.Bool
 
 	// Connections whose credit update waits for the next poll (see
 	// Conn.deferUpdateLocked). pendMu is taken under a Conn's mu, never
@@ -148,14 +155,22 @@ func (e *engine) FD() int { return e.ch.FD() }
 // acknowledging them in batches, and polls the queue.
 func (e *engine) Handle(_ uint32, sink *selector.Sink) {
 	if !e.pollMu.TryLock() {
-		return // a helper is polling; it reports what it finds
+		// A helper is polling; it reports what it finds. The events
+		// are taken all the same: left, they would keep the descriptor
+		// readable and the selector awake.
+		if !e.gone.Load() {
+			n, _ := e.ch.Events()
+			e.lateEvents += n
+		}
+		return
 	}
-	defer e.pollMu.Unlock()
+	defer e.unlockPoll()
 	if e.finishIfDying() {
 		return
 	}
 	n, _ := e.ch.Events()
-	e.unacked += n
+	e.unacked += n + e.lateEvents
+	e.lateEvents = 0
 	if e.unacked >= 64 {
 		e.cq.Ack(e.unacked)
 		e.unacked = 0
@@ -168,7 +183,7 @@ func (e *engine) Poll(sink *selector.Sink) bool {
 	if !e.pollMu.TryLock() {
 		return false
 	}
-	defer e.pollMu.Unlock()
+	defer e.unlockPoll()
 	if e.finishIfDying() {
 		return false
 	}
@@ -181,7 +196,7 @@ func (e *engine) help() {
 	if !e.pollMu.TryLock() {
 		return
 	}
-	defer e.pollMu.Unlock()
+	defer e.unlockPoll()
 	if !e.dying.Load() {
 		e.poll(nil)
 	}
@@ -190,14 +205,28 @@ func (e *engine) help() {
 // Arm implements selector.Poller: it asks for an event on the next
 // completion and then looks once more, since a completion that arrived
 // before the request raises no event.
+//
+// If a helper is polling, the selector may sleep all the same: the helper
+// arms the queue as it lets go of it. Reporting a race instead would keep
+// the selector polling for as long as a blocked reader spins on the
+// queue, and on one processor the selector would hold it from the
+// reader.
 func (e *engine) Arm() bool {
 	if !e.pollMu.TryLock() {
-		// A helper is polling. It may find nothing and stop before the
-		// next completion, and a queue not armed raises no event: the
-		// selector must not sleep on it yet.
-		return true
+		e.armWanted.Store(true)
+		if !e.pollMu.TryLock() {
+			// The holder lets go after the store above, and then sees it.
+			return false
+		}
 	}
-	defer e.pollMu.Unlock()
+	e.armWanted.Store(false)
+	defer e.unlockPoll()
+	return e.armLocked()
+}
+
+// armLocked arms the queue; true if the selector must poll before it
+// sleeps. The caller holds pollMu.
+func (e *engine) armLocked() bool {
 	if e.dying.Load() {
 		return !e.gone.Load() // the next poll destroys the engine
 	}
@@ -215,6 +244,23 @@ func (e *engine) Arm() bool {
 	}
 	e.stashed = n
 	return true
+}
+
+// unlockPoll lets go of pollMu, and first arms the queue if the selector
+// went to sleep while it was held. If arming finds that the selector must
+// poll after all, Nudge makes it.
+func (e *engine) unlockPoll() {
+	for {
+		e.pollMu.Unlock()
+		if !e.armWanted.Load() || !e.pollMu.TryLock() {
+			return // nothing wanted, or the new holder sees it as it lets go
+		}
+		if e.armWanted.Swap(false) && e.armLocked() {
+			if s := e.sel.Load(); s != nil {
+				s.Nudge()
+			}
+		}
+	}
 }
 
 // poll dispatches completions until the queue is empty or a few batches
@@ -376,9 +422,9 @@ func (e *engine) destroy() {
 }
 
 func (e *engine) release() {
-	if e.unacked > 0 {
+	if e.unacked += e.lateEvents; e.unacked > 0 {
 		e.cq.Ack(e.unacked)
-		e.unacked = 0
+		e.unacked, e.lateEvents = 0, 0
 	}
 	if n, _ := e.ch.Events(); n > 0 {
 		e.cq.Ack(n)
