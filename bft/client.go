@@ -21,7 +21,9 @@ type ClientConfig struct {
 	Window int
 	// RetransmitTicks: without a result after this many ticks, the
 	// request goes again, to every replica; a read-only request (see
-	// ProposeRead) is ordered instead. Default 20.
+	// ProposeRead) is ordered instead. Default 20. The wait doubles with
+	// each retransmission, up to 8 times RetransmitTicks, and comes down
+	// again as results come faster (see Tick).
 	RetransmitTicks int
 	// Sign fills r.Auth, the request's authenticator (package bft/auth).
 	Sign func(r *Request)
@@ -54,6 +56,11 @@ type Client struct {
 	started bool   // an ordered request was sent: the next follows it
 	out     []*outstanding
 	timer   int // ticks since the oldest outstanding request progressed
+	// backoff doubles RetransmitTicks (at most maxRetransmitBackoff
+	// times): raised by each retransmission, lowered by results that
+	// came without one well within the wait (Tick).
+	backoff uint
+	now     uint64 // ticks since the client started
 	sends   []Envelope
 	done    []Result
 	notes   noteQueue
@@ -65,6 +72,8 @@ type outstanding struct {
 	req     *Request
 	replies map[ReplicaID]*Reply
 	result  *Result
+	sent    uint64 // tick req was sent
+	resent  bool   // req went again: its latency says nothing of the links
 }
 
 // errLateReply is Step's error for a reply to no outstanding request.
@@ -137,7 +146,7 @@ func (c *Client) Propose(op []byte) (uint64, error) {
 	if len(c.out) == 0 {
 		c.timer = 0
 	}
-	c.out = append(c.out, &outstanding{req: req, replies: make(map[ReplicaID]*Reply)})
+	c.out = append(c.out, &outstanding{req: req, replies: make(map[ReplicaID]*Reply), sent: c.now})
 	c.sends = append(c.sends, Envelope{To: ToReplica(ReplicaID(c.view % uint64(c.cfg.N))), Msg: req})
 	return c.ts, nil
 }
@@ -147,7 +156,8 @@ func (c *Client) Propose(op []byte) (uint64, error) {
 // timestamp; the result comes in a later Ready's Done. The result is
 // accepted once 2f+1 replicas answered it identically; when that cannot
 // happen any more (their answers differ: a write ran concurrently, a
-// replica lags or lies) or RetransmitTicks pass first, op is proposed as
+// replica lags or lies) or the retransmission wait passes first
+// (RetransmitTicks, longer after slow results: see Tick), op is proposed as
 // an ordered request of the same timestamp, and its result is accepted
 // as Propose's are. It needs no request outstanding, so that the read
 // sees the client's own writes. A read answered without ordering leaves
@@ -158,7 +168,7 @@ func (c *Client) ProposeRead(op []byte) (uint64, error) {
 	}
 	req := &Request{Client: c.cfg.ID, Timestamp: c.ts + 1, ReadOnly: true, Op: op}
 	c.cfg.Sign(req)
-	c.out = append(c.out, &outstanding{req: req, replies: make(map[ReplicaID]*Reply)})
+	c.out = append(c.out, &outstanding{req: req, replies: make(map[ReplicaID]*Reply), sent: c.now})
 	c.timer = 0
 	c.toAll(req)
 	return req.Timestamp, nil
@@ -171,7 +181,7 @@ func (c *Client) order() {
 	req := &Request{Client: c.cfg.ID, Timestamp: c.ts, Restart: !c.started, Op: o.req.Op}
 	c.started = true
 	c.cfg.Sign(req)
-	o.req = req
+	o.req, o.sent = req, c.now
 	clear(o.replies)
 	c.timer = 0
 	c.sends = append(c.sends, Envelope{To: ToReplica(ReplicaID(c.view % uint64(c.cfg.N))), Msg: req})
@@ -247,6 +257,13 @@ func (c *Client) Step(from ReplicaID, rep *Reply) error {
 	}
 	o.result = &Result{Timestamp: rep.Timestamp, Result: rep.Result, Notes: rep.Notes, ReadOnly: rep.ReadOnly}
 	o.replies = nil
+	if !o.resent && !rep.ReadOnly {
+		// Halve the wait while it stays above twice this request's
+		// latency.
+		for c.backoff > 0 && 2*(c.now-o.sent) < uint64(c.cfg.RetransmitTicks)<<(c.backoff-1) {
+			c.backoff--
+		}
+	}
 	c.notes.known = max(c.notes.known, rep.Notes)
 	// Results come out in timestamp order.
 	k := 0
@@ -272,13 +289,26 @@ func sameResult(a, b *Reply) bool {
 // unseats a faulty primary), and a read-only request is ordered. A
 // client that knows of notifications it has not delivered for
 // RetransmitTicks asks every replica for them (FetchNotes).
+//
+// Each retransmission doubles the wait, up to 8 times RetransmitTicks,
+// and a result that came without one halves it for as long as it stays
+// above twice that result's latency (a request sent again says nothing:
+// its result may answer either copy). A result that is slow, not lost, is
+// queued behind the load: a copy of the request to every replica (N
+// times its size) only lengthens the queues, and so the wait, and so
+// the copies; resent at a fixed period, a loaded cluster on links
+// slower than RetransmitTicks choked on the copies, and one whose
+// results took a little longer than RetransmitTicks sent every request
+// twice (TestSlowNetworkClientRetransmissions). A lost request or
+// reply waits at most 8 times RetransmitTicks for its next copy.
 func (c *Client) Tick() {
+	c.now++
 	c.notes.tick()
 	if len(c.out) == 0 {
 		return
 	}
 	c.timer++
-	if c.timer < c.cfg.RetransmitTicks {
+	if c.timer < c.cfg.RetransmitTicks<<c.backoff {
 		return
 	}
 	c.timer = 0
@@ -286,12 +316,20 @@ func (c *Client) Tick() {
 		c.order()
 		return
 	}
+	c.backoff = min(c.backoff+1, maxRetransmitBackoff)
 	for _, o := range c.out {
 		if o.result == nil {
+			o.resent = true
 			c.toAll(o.req)
 		}
 	}
 }
+
+// maxRetransmitBackoff caps the doubling of a client's RetransmitTicks
+// at 8 times: it bounds how long a client whose request or replies
+// were lost waits, once the links work again, before it sends another
+// copy.
+const maxRetransmitBackoff = 3
 
 // Outstanding reports whether a request awaits its result.
 func (c *Client) Outstanding() bool { return len(c.out) > 0 }

@@ -98,15 +98,41 @@ func TestLaggardMissingTheFrontSlot(t *testing.T) {
 // executed 408. Now about 4800 each, 7 messages per request, in view 1.
 func TestSlowNetworkLoadedViewChange(t *testing.T) {
 	for seed := uint64(1); seed <= 3; seed++ {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { loadedViewChange(t, seed) })
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { slowLoad(t, seed, 15000, true) })
 	}
 }
 
-func loadedViewChange(t *testing.T, seed uint64) {
+// The same load on links that take in less than half as much: 6000
+// B/tick, and 7000 B/tick with the primary crashed at tick 300. A
+// client without a result after RetransmitTicks sent its request to
+// every replica, four times its size, and again every RetransmitTicks,
+// while the result was only queued behind the load, which the copies
+// lengthened: all six runs (seeds 1-3) executed nothing in the last 1000
+// ticks, the clients sending 12800 copies, and changed views 3 or 4
+// times. With the wait doubled at each retransmission but back to
+// RetransmitTicks at every result, the runs at 6000 B/tick executed
+// 2434, 2439 and 4385 requests, the first two sending each request 5
+// times (once, then to all 4 again), and those at 7000 B/tick 276, 3681
+// and 741. With the wait lowered only as results come faster than it,
+// about 4370 each, every request sent once.
+func TestSlowNetworkClientRetransmissions(t *testing.T) {
+	for _, bandwidth := range []int{6000, 7000} {
+		crash := bandwidth == 7000
+		for seed := uint64(1); seed <= 3; seed++ {
+			t.Run(fmt.Sprintf("%d/%d", bandwidth, seed), func(t *testing.T) { slowLoad(t, seed, bandwidth, crash) })
+		}
+	}
+}
+
+// slowLoad runs 64 clients with 1 KiB requests for 2000 ticks on links
+// that take in bandwidth bytes per tick, crashing the primary at tick
+// 300 if crash, and checks the cluster executed at least 3000 requests
+// in the last 1000 ticks.
+func slowLoad(t *testing.T, seed uint64, bandwidth int, crash bool) {
 	const clients, size, crashAt, ticks, window = 64, 1024, 300, 2000, 1000
 	n := newNet(t, simnet.Options{Clients: clients, Seed: seed})
 	n.MaxDelay = 3
-	n.Bandwidth = 15000
+	n.Bandwidth = bandwidth
 	pad := make([]byte, size)
 	opN := func(c, k int) []byte { return append(op(c, k), pad...) }
 	done := func() int {
@@ -116,22 +142,32 @@ func loadedViewChange(t *testing.T, seed uint64) {
 		}
 		return s
 	}
-	var before int
+	copies := 0 // of requests, sent by clients
+	n.Drop = func(from, _ bft.Target, m bft.Message) bool {
+		if _, ok := m.(*bft.Request); ok && from.Client {
+			copies++
+		}
+		return false
+	}
+	var before, copiesBefore int
 	var sent uint64
 	for k := range ticks {
 		switch k {
 		case crashAt:
-			n.Crashed[n.Replicas[0].Status().Primary] = true
+			if crash {
+				n.Crashed[n.Replicas[0].Status().Primary] = true
+			}
 		case ticks - window:
-			before, sent = done(), n.Delivered
+			before, sent, copiesBefore = done(), n.Delivered, copies
 		}
 		n.Load(1<<30, 1, opN)
 	}
 	checkSameOrder(t, n)
 	got := done() - before
 	per := float64(n.Delivered-sent) / float64(max(got, 1))
-	t.Logf("%d requests in the last %d ticks, %.0f messages delivered per request, view %d", got, window, per, n.Replicas[1].Status().View)
-	if got < 2000 {
-		t.Fatalf("the replicas left executed %d requests in the last %d ticks (%.0f messages delivered per request): the cluster collapsed", got, window, per)
+	sends := float64(copies-copiesBefore) / float64(max(got, 1))
+	t.Logf("%d requests in the last %d ticks, %.0f messages delivered and %.1f sent by the client per request, view %d", got, window, per, sends, n.Replicas[1].Status().View)
+	if got < 3000 {
+		t.Fatalf("the cluster executed %d requests in the last %d ticks (%.0f messages delivered, %.1f sent by the client, per request): it collapsed", got, window, per, sends)
 	}
 }

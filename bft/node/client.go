@@ -47,7 +47,8 @@ type ClientConfig struct {
 	// Tick is the client core's tick; default 5ms.
 	Tick time.Duration
 	// RetransmitTicks: ticks without a result before the request goes to
-	// every replica (bft.ClientConfig; default 20).
+	// every replica, doubling with each retransmission (bft.ClientConfig;
+	// default 20).
 	RetransmitTicks int
 	// StartTimestamp: request timestamps start above it. Default: the
 	// wall clock in nanoseconds, so a client restarted with the same ID
