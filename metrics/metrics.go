@@ -109,25 +109,28 @@ func New() *Collector {
 // replaces any stack of that name.
 func (c *Collector) AddTransport(name string, tr Transport, pollers ...*selector.Selector) {
 	pollers = append([]*selector.Selector(nil), pollers...)
-	read := func() rubin.Stats {
+	c.AddStats(name, func() rubin.Stats {
 		st := rubin.Stats{Transport: tr.Stats(), Pool: tr.Pool().Stats()}
 		for _, s := range pollers {
 			st.Selectors = append(st.Selectors, s.Stats())
 		}
 		return st
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.stacks[name] = read
+	})
 }
 
 // AddStack exports s (package rubin's net.Conn face): its transport,
 // buffer pool and pollers' selectors, with the label stack=name. It
 // replaces any stack of that name.
-func (c *Collector) AddStack(name string, s *rubin.Stack) {
+func (c *Collector) AddStack(name string, s *rubin.Stack) { c.AddStats(name, s.Stats) }
+
+// AddStats exports, with the label stack=name, what stats returns at each
+// scrape: for a stack whose parts change over its life, such as a BFT
+// replica's event loop, which is made anew by each Run. stats must be
+// safe to call from any goroutine. It replaces any stack of that name.
+func (c *Collector) AddStats(name string, stats func() rubin.Stats) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.stacks[name] = s.Stats
+	c.stacks[name] = stats
 }
 
 // Describe implements prometheus.Collector.

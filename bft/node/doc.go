@@ -113,6 +113,15 @@
 //	rubin_bft_client_retransmissions_total          counter
 //	rubin_bft_client_messages_dropped_total{reason} counter
 //
+// A Replica also exports its event loop as package metrics does a stack,
+// under stack="replica-ID": its selector (poller 0: selects, spins,
+// sleeps, rearms, the spin budget), its transport's
+// counters and its buffer pool, for instance
+//
+//	rubin_selector_spins_total{poller="0",stack="replica-0"}
+//	rubin_transport_messages_received_total{stack="replica-0"}
+//	rubin_pool_buffers_in_use{stack="replica-0"}
+//
 // Drop reasons: decode, handshake, queue_full, no_link, frame_too_big,
 // unexpected, and the core's Step errors: invalid, forged, stale,
 // watermark, duplicate, equivocation, core_full, other.

@@ -704,6 +704,7 @@ func (r *Replica) openLoop(ctx context.Context, addr string) (_ *eventLoop, err 
 		})
 	}
 	r.ev = ev
+	r.loop.Store(ev)
 	for _, d := range ev.dialers {
 		r.dial(ctx, ev, d)
 	}

@@ -17,6 +17,8 @@ import (
 	"github.com/rubin-go/rubin/bft/auth"
 	"github.com/rubin-go/rubin/bft/link"
 	"github.com/rubin-go/rubin/bft/wire"
+	"github.com/rubin-go/rubin/metrics"
+	"github.com/rubin-go/rubin/selector"
 )
 
 // Defaults of ReplicaConfig and ClientConfig.
@@ -131,6 +133,7 @@ type Replica struct {
 	tr     *rubin.Config // nil: cfg.Network's defaults
 	addr   atomic.Pointer[string]
 	status atomic.Pointer[bft.Status]
+	loop   atomic.Pointer[eventLoop] // the latest Run's, for the metrics
 	ready  chan struct{}
 	ran    atomic.Bool
 
@@ -229,12 +232,29 @@ func NewReplica(cfg ReplicaConfig) (*Replica, error) {
 		links:  make(map[link.Peer]*peerLink),
 		routes: make(map[bft.ClientID]*peerLink),
 	}
+	if cfg.Registerer != nil {
+		c, err := register(cfg.Registerer, metrics.New())
+		if err != nil {
+			return nil, fmt.Errorf("node: replica %d: metrics: %w", cfg.ID, err)
+		}
+		c.AddStats("replica-"+itoa(uint64(cfg.ID)), r.loopStats)
+	}
 	addr := cfg.Cluster.Replicas[cfg.ID].Addr
 	r.addr.Store(&addr)
 	r.last = cr.Status()
 	st := r.last
 	r.status.Store(&st)
 	return r, nil
+}
+
+// loopStats reads the counters of the latest event loop's transport,
+// buffer pool and selector; safe from any goroutine.
+func (r *Replica) loopStats() rubin.Stats {
+	ev := r.loop.Load()
+	if ev == nil {
+		return rubin.Stats{}
+	}
+	return rubin.Stats{Transport: ev.tr.Stats(), Pool: ev.pool.Stats(), Selectors: []selector.Stats{ev.sel.Stats()}}
 }
 
 // Status returns the core's status as of its last step; safe from any
