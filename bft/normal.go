@@ -142,7 +142,7 @@ func (r *Replica) onPrePrepare(src ReplicaID, pp *PrePrepare) error {
 // acceptPrePrepare binds pp to its slot in the current view; a backup
 // then prepares it.
 func (r *Replica) acceptPrePrepare(e *entry, pp *PrePrepare) {
-	e.pp = pp
+	e.pp, e.ppAt = pp, r.now
 	r.persist(RecPrePrepare, pp)
 	if pp.Seq > r.nextSeq {
 		r.nextSeq = pp.Seq
@@ -350,24 +350,27 @@ func (r *Replica) execute(e *entry) {
 	r.committed = append(r.committed, Committed{View: e.cView, Seq: e.seq, Digest: e.cDigest, Batch: e.batch, Time: ctx.Time, Proposed: e.cTime})
 	r.reqTimer = 0
 	r.fetchTimer = 0
-	r.stallTimer, r.resendBackoff = 0, 0
+	r.stallTimer = 0
+	r.settleResend(e)
 	if e.seq%r.cfg.CheckpointInterval == 0 {
 		r.checkpoint(e.seq)
 	}
 }
 
 // tickResend retransmits this replica's own normal-case messages for the
-// slots that have not committed when execution stalls for FetchTicks: the
-// links may lose messages, and without this every loss would cost a view
-// change. Receivers drop what they already counted (ErrDuplicate). Each
+// slots that have not committed when execution stalls: the links may
+// lose messages, and without this every loss would cost a view change.
+// Receivers drop what they already counted (ErrDuplicate). Each
 // execution restarts the wait, so a replica whose slots keep executing,
-// however long each takes, resends nothing; and every resend without an
-// execution since doubles it, up to 16 times FetchTicks. A slot that
-// merely takes longer than FetchTicks is queued, not lost: resending
-// every uncommitted slot (the primary's pre-prepares with their batches)
-// at a fixed period then only lengthened the queues, and so the wait,
-// until a loaded cluster on a slow network changed views over and over
-// and executed almost nothing (TestSlowNetworkLoadedViewChange).
+// however long each takes, resends nothing; each resend without an
+// execution since doubles it, up to 16 times FetchTicks, and it comes
+// down again only as slots commit well within it (settleResend). A slot
+// that merely takes longer than FetchTicks is queued, not lost:
+// resending every uncommitted slot (the primary's pre-prepares with
+// their batches) at a fixed period then only lengthened the queues, and
+// so the wait, until a loaded cluster on a slow network changed views
+// over and over and executed almost nothing
+// (TestSlowNetworkLoadedViewChange, TestSlowNetworkHeavyLoad).
 func (r *Replica) tickResend() {
 	if !r.stalled() {
 		r.stallTimer = 0
@@ -385,6 +388,7 @@ func (r *Replica) tickResend() {
 		if e == nil || e.view != r.view || e.pp == nil {
 			continue
 		}
+		e.resent = true
 		if r.isPrimary() {
 			if !batchMissing(e.pp.Digest, e.pp.Batch) {
 				r.broadcast(e.pp)
@@ -403,6 +407,24 @@ func (r *Replica) tickResend() {
 		// Votes of others but no pre-prepare: we have nothing of our own
 		// whose retransmission would make the others answer, so we ask.
 		r.broadcast(&FetchState{Seq: r.lastExec, Replica: r.id})
+	}
+}
+
+// settleResend lowers tickResend's wait after slot e executed, halving
+// it while it stays above twice the ticks e took from its pre-prepare to
+// its commit here; a slot resent, or prepared in another view, says
+// nothing of the links. Reset at every execution instead, the wait stayed
+// at FetchTicks on links where each slot took longer: every gap of
+// FetchTicks between two executions resent every uncommitted slot, and a
+// cluster loaded near what its links carry collapsed
+// (TestSlowNetworkHeavyLoad).
+func (r *Replica) settleResend(e *entry) {
+	if e.resent || e.view != e.cView || e.committedAt < e.ppAt {
+		return
+	}
+	took := e.committedAt - e.ppAt
+	for r.resendBackoff > 0 && 2*took < uint64(r.cfg.FetchTicks)<<(r.resendBackoff-1) {
+		r.resendBackoff--
 	}
 }
 
@@ -435,19 +457,22 @@ func (r *Replica) stalled() bool {
 //
 // Nor to a peer that is slow rather than stuck: if the first slot we
 // lack its commit for moved up since we last looked (at most once per
-// FetchTicks), its votes still come, only late, and what we would send
-// is already on its way to it. Answered anyway, the primary's answers
-// (pre-prepares with their batches, for every slot the peer is behind)
-// queued up ahead of what the peer needed, so it fell further behind and
-// drew longer answers, until a loaded cluster that had lost a replica
-// could not commit (TestSlowNetworkLoadedViewChange). A peer that is
-// stuck stops moving, and is answered the next time it resends.
+// tickResend's wait, which is longer on links where slots take longer),
+// its votes still come, only late, and what we would send is already on
+// its way to it. Answered anyway, the primary's answers (pre-prepares
+// with their batches, for every slot the peer is behind) queued up ahead
+// of what the peer needed, so it fell further behind and drew longer
+// answers, until a loaded cluster that had lost a replica could not
+// commit (TestSlowNetworkLoadedViewChange); looking every FetchTicks
+// while slots took longer, a cluster loaded near what its links carry
+// did the same (TestSlowNetworkHeavyLoad). A peer that is stuck stops
+// moving, and is answered the next time it resends.
 func (r *Replica) answerLaggard(to ReplicaID, e *entry) {
 	if !e.committed || e.cView != r.view || r.answeredLately(to) {
 		return
 	}
 	last, seen := r.lagMarks[to]
-	if seen && r.now-last.at < uint64(r.cfg.FetchTicks) {
+	if seen && r.now-last.at < uint64(r.cfg.FetchTicks)<<r.resendBackoff {
 		return
 	}
 	from := e.seq

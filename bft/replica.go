@@ -84,7 +84,8 @@ type Replica struct {
 	untimely uint64
 	// Retransmission timers: for slots that stall, and for our view
 	// change; resendBackoff doubles the first for each resend without an
-	// execution since (tickResend).
+	// execution since (tickResend), and slots that commit well within
+	// it lower it (settleResend).
 	stallTimer    int
 	resendBackoff uint
 	vcResend      int
@@ -157,6 +158,8 @@ type entry struct {
 	commits    map[ReplicaID]Digest
 	prepared   bool
 	sentCommit bool
+	ppAt       uint64 // the tick this replica took pp
+	resent     bool   // tickResend resent our messages for it in this view
 	// Kept across views: the highest-view prepared certificate (for view
 	// changes) and, once committed, the batch to execute.
 	cert        *PreparedCert
@@ -562,7 +565,7 @@ func (r *Replica) entryFor(seq uint64) *entry {
 		e.pp = nil
 		e.prepares = make(map[ReplicaID]*Prepare)
 		e.commits = make(map[ReplicaID]Digest)
-		e.prepared, e.sentCommit = false, false
+		e.prepared, e.sentCommit, e.resent = false, false, false
 	}
 	return e
 }
