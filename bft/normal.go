@@ -260,9 +260,12 @@ func (r *Replica) onCommit(src ReplicaID, c *Commit) error {
 // because its execution stalls. A retransmission of a vote we already
 // counted is answered by the duplicate paths; this one is not a
 // duplicate, since its first sending never arrived. A vote that is merely
-// late (the slowest replica's, moments after the quorum) gets no answer.
+// late (the slowest replica's, moments after the quorum) gets no answer,
+// nor one for a slot that committed here in an earlier view: a new view
+// that proposes it again draws a first vote of that view from every
+// peer, which says nothing of its links.
 func (r *Replica) lateVote(src ReplicaID, e *entry) {
-	if e.committed && r.now-e.committedAt >= uint64(r.cfg.FetchTicks) {
+	if e.committed && e.cView == r.view && r.now-e.committedAt >= uint64(r.cfg.FetchTicks) {
 		r.answerLaggard(src, e)
 	}
 }
@@ -445,7 +448,7 @@ func (r *Replica) stalled() bool {
 
 // answerLaggard responds to a peer retransmitting votes for a slot we
 // committed: it stalls there, probably for lost messages, so we send it
-// our own messages for the slots of this view we committed, from the
+// our own messages of this view for the slots we committed, from the
 // first one it has not sent us its commit for. Not the whole log: the
 // slots it committed it has, and answering every resend with the whole
 // log made the traffic grow with its length on a network merely slower
@@ -454,6 +457,13 @@ func (r *Replica) stalled() bool {
 // its own to resend for it (TestLaggardMissingTheFrontSlot). At most
 // once per FetchTicks per peer, which also ends any echo between two
 // replicas.
+//
+// Also for a slot that committed here in an earlier view: the new view
+// proposed it again, and a peer that missed its commits in both views
+// needs ours of this one. Answered only for slots committed in this
+// view, such a peer resent its votes in vain until the next stable
+// checkpoint; in a cluster gone quiet its request timer fired first, and
+// it sat alone in a view change (TestLaggardMissingCommitsAcrossViewChange).
 //
 // Nor to a peer that is slow rather than stuck: if the first slot we
 // lack its commit for moved up since we last looked (at most once per
@@ -468,7 +478,7 @@ func (r *Replica) stalled() bool {
 // did the same (TestSlowNetworkHeavyLoad). A peer that is stuck stops
 // moving, and is answered the next time it resends.
 func (r *Replica) answerLaggard(to ReplicaID, e *entry) {
-	if !e.committed || e.cView != r.view || r.answeredLately(to) {
+	if !e.committed || r.answeredLately(to) {
 		return
 	}
 	last, seen := r.lagMarks[to]

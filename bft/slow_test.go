@@ -200,3 +200,79 @@ func slowLoad(t *testing.T, seed uint64, bandwidth int, crash bool, want int) ui
 	}
 	return view
 }
+
+// Replica 3 misses the commits of a slot in view 0, where the other
+// three execute it, and then, after a view change that proposes the slot
+// again in view 1, the first copy of the view-1 commits from replicas 1
+// and 2 (replica 0, the old primary, is cut off meanwhile). It resends
+// its votes, but the others answered only for slots committed in the
+// view they are in, and this one committed in view 0: once the clients
+// stopped, replica 3 never executed it nor the next, its request timer
+// fired and it sat alone in a view change to view 2. Now the others'
+// answers to its resent votes carry their view-1 commits, and it
+// executes the slot 21 ticks after it lost them.
+func TestLaggardMissingCommitsAcrossViewChange(t *testing.T) {
+	n := newNet(t, simnet.Options{Clients: 1, Seed: 3, Config: func(c *bft.Config) {
+		c.CheckpointInterval, c.WatermarkWindow = 1024, 2048
+	}})
+	if !n.Load(5, 1000, op) {
+		t.Fatalf("not finished: %v", n.LastErrors)
+	}
+	laggard := bft.ToReplica(3)
+	var slot uint64                  // the slot whose commits the laggard misses
+	dropped := map[bft.Target]bool{} // senders of the first view-1 commit dropped
+	var droppedAt uint64
+	n.Drop = func(from, to bft.Target, m bft.Message) bool {
+		c, ok := m.(*bft.Commit)
+		if !ok || to != laggard {
+			return false
+		}
+		if slot == 0 && c.View == 0 {
+			slot = c.Seq
+		}
+		if c.Seq != slot {
+			return false
+		}
+		if c.View == 0 {
+			return true
+		}
+		if c.View == 1 && !dropped[from] {
+			dropped[from], droppedAt = true, n.Now
+			return true
+		}
+		return false
+	}
+	if !n.Load(6, 1000, op) {
+		t.Fatalf("not finished: %v", n.LastErrors)
+	}
+	if got := n.Replicas[3].Status().LastExecuted; got != slot-1 {
+		t.Fatalf("replica 3 executed up to %d, want %d: the view-0 commits of slot %d were not lost", got, slot-1, slot)
+	}
+	var executedAt uint64 // when replica 3 executed slot
+	n.OnTick = append(n.OnTick, func() {
+		if executedAt == 0 && n.Replicas[3].Status().LastExecuted >= slot {
+			executedAt = n.Now
+		}
+	})
+	old := bft.ToReplica(0)
+	n.Block = func(from, to bft.Target) bool { return from == old || to == old }
+	if !n.Load(7, 3000, op) {
+		t.Fatalf("no result with the primary cut off: %v", n.LastErrors)
+	}
+	n.Block = nil
+	if !dropped[bft.ToReplica(1)] || !dropped[bft.ToReplica(2)] {
+		t.Fatalf("view-1 commits of slot %d dropped from %v, want replicas 1 and 2", slot, dropped)
+	}
+	want := n.Replicas[1].Status().LastExecuted
+	caughtUp := func() bool { return n.Replicas[3].Status().LastExecuted == want }
+	if !n.Run(500, caughtUp) {
+		s := n.Replicas[3].Status()
+		t.Fatalf("replica 3 executed %d of %d slots 500 ticks after the others, in view %d (changing %v)", s.LastExecuted, want, s.View, s.ViewChanging)
+	}
+	n.Run(500, func() bool { return false })
+	t.Logf("replica 3 executed slot %d %d ticks after its view-1 commits were lost", slot, executedAt-droppedAt)
+	if s := n.Replicas[3].Status(); s.ViewChanging || s.View != n.Replicas[1].Status().View {
+		t.Fatalf("replica 3 in view %d (changing %v), the others in view %d", s.View, s.ViewChanging, n.Replicas[1].Status().View)
+	}
+	checkSameOrder(t, n)
+}
