@@ -85,10 +85,12 @@ type Replica struct {
 	// Retransmission timers: for slots that stall, and for our view
 	// change; resendBackoff doubles the first for each resend without an
 	// execution since (tickResend), and slots that commit well within
-	// it lower it (settleResend).
-	stallTimer    int
-	resendBackoff uint
-	vcResend      int
+	// it lower it (settleResend); vcResendBackoff doubles the second for
+	// each resend of the same view change (tickViewChange).
+	stallTimer      int
+	resendBackoff   uint
+	vcResend        int
+	vcResendBackoff uint
 
 	// Checkpoints.
 	ckpts      map[uint64]*ownCheckpoint // own, at seqs >= low

@@ -43,7 +43,7 @@ func (r *Replica) startViewChange(w uint64) {
 	r.view = w
 	r.viewChanging = true
 	r.nvSent = false
-	r.reqTimer, r.vcTimer, r.batchTimer, r.vcResend = 0, 0, 0, 0
+	r.reqTimer, r.vcTimer, r.batchTimer, r.vcResend, r.vcResendBackoff = 0, 0, 0, 0, 0
 	// The stable checkpoint reported is the highest certified one this
 	// replica knows (target), not the one it holds the state of (low):
 	// it accepts and votes in (target, target+L] too, and every
@@ -137,11 +137,18 @@ func (r *Replica) vcCount() int {
 // voted for the view (before that, the view change may be this replica's
 // alone), and each consecutive expiry doubles it.
 func (r *Replica) tickViewChange() {
-	// Our view change may have been lost; repeat it. A replica already in
-	// the view answers it with the new view (help).
+	// Our view change may have been lost; repeat it, waiting twice as
+	// long each time, up to 16 times FetchTicks. A replica already in
+	// the view answers it with the new view (help). Both carry a
+	// certificate for every prepared slot above the stable checkpoint:
+	// after a loaded primary crashed on links taking in 4000 B/tick, 26
+	// KB view changes repeated every FetchTicks, each drawing an 87 KB
+	// new view, took in more than the links carry, so no view change
+	// completed (TestSlowNetworkHeavyLoadViewChange).
 	r.vcResend++
-	if r.vcResend >= r.cfg.FetchTicks {
+	if r.vcResend >= r.cfg.FetchTicks<<r.vcResendBackoff {
 		r.vcResend = 0
+		r.vcResendBackoff = min(r.vcResendBackoff+1, maxBackoff)
 		if vc := r.vcs[r.id]; vc != nil && vc.View == r.view {
 			r.broadcast(vc)
 		}
