@@ -113,10 +113,9 @@
 //	rubin_bft_client_retransmissions_total          counter
 //	rubin_bft_client_messages_dropped_total{reason} counter
 //
-// A Replica also exports its event loop as package metrics does a stack,
-// under stack="replica-ID": its selector (poller 0: selects, spins,
-// sleeps, rearms, the spin budget), its transport's
-// counters and its buffer pool, for instance
+// A Replica's event loop (its selector, transport and buffer pool) has
+// counters of its own, read by LoopStats; cmd/bft exports them with
+// package metrics under stack="replica-ID", for instance
 //
 //	rubin_selector_spins_total{poller="0",stack="replica-0"}
 //	rubin_transport_messages_received_total{stack="replica-0"}

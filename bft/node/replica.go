@@ -17,7 +17,6 @@ import (
 	"github.com/rubin-go/rubin/bft/auth"
 	"github.com/rubin-go/rubin/bft/link"
 	"github.com/rubin-go/rubin/bft/wire"
-	"github.com/rubin-go/rubin/metrics"
 	"github.com/rubin-go/rubin/selector"
 )
 
@@ -232,13 +231,6 @@ func NewReplica(cfg ReplicaConfig) (*Replica, error) {
 		links:  make(map[link.Peer]*peerLink),
 		routes: make(map[bft.ClientID]*peerLink),
 	}
-	if cfg.Registerer != nil {
-		c, err := register(cfg.Registerer, metrics.New())
-		if err != nil {
-			return nil, fmt.Errorf("node: replica %d: metrics: %w", cfg.ID, err)
-		}
-		c.AddStats("replica-"+itoa(uint64(cfg.ID)), r.loopStats)
-	}
 	addr := cfg.Cluster.Replicas[cfg.ID].Addr
 	r.addr.Store(&addr)
 	r.last = cr.Status()
@@ -247,9 +239,11 @@ func NewReplica(cfg ReplicaConfig) (*Replica, error) {
 	return r, nil
 }
 
-// loopStats reads the counters of the latest event loop's transport,
-// buffer pool and selector; safe from any goroutine.
-func (r *Replica) loopStats() rubin.Stats {
+// LoopStats returns the counters of the latest Run's event loop: its
+// transport, buffer pool and selector (one poller); zero before the first
+// Run. Safe from any goroutine. Package metrics exports them
+// (Collector.AddStats), as cmd/bft does.
+func (r *Replica) LoopStats() rubin.Stats {
 	ev := r.loop.Load()
 	if ev == nil {
 		return rubin.Stats{}

@@ -77,6 +77,9 @@ func runReplica(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	if *metricsAddr != "" {
+		loop := metrics.New()
+		loop.AddStats(fmt.Sprintf("replica-%d", *id), r.LoopStats)
+		reg.MustRegister(loop)
 		addr, err := metrics.Serve(ctx, *metricsAddr, reg, slog.NewLogLogger(logger.Handler(), slog.LevelError))
 		if err != nil {
 			return err
