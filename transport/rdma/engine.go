@@ -51,10 +51,9 @@ type engine struct {
 	pollMu  sync.Mutex
 	wcs     [verbs.Batch]verbs.WC
 	stashed int // completions polled by Arm, not yet dispatched
-	unacked int // completion channel events not yet acknowledged
-	// Events Handle took while a helper held pollMu; only the selecting
-	// goroutine touches it.
-	lateEvents int
+	// Completion channel events not yet acknowledged; only Handle, on
+	// the selecting goroutine, and release touch it, pollMu held or not.
+	unacked int
 	// armWanted: the selector found pollMu held when it armed, and went
 	// to sleep; whoever holds pollMu arms the queue as it lets go
 	// (unlockPoll).
@@ -154,23 +153,19 @@ func (e *engine) FD() int { return e.ch.FD() }
 // Handle implements selector.Source: it takes the channel's events,
 // acknowledging them in batches, and polls the queue.
 func (e *engine) Handle(_ uint32, sink *selector.Sink) {
+	// The events are taken even while a helper polls: left, they would
+	// keep the descriptor readable and the selector awake.
+	if !e.gone.Load() {
+		n, _ := e.ch.Events()
+		e.unacked += n
+	}
 	if !e.pollMu.TryLock() {
-		// A helper is polling; it reports what it finds. The events
-		// are taken all the same: left, they would keep the descriptor
-		// readable and the selector awake.
-		if !e.gone.Load() {
-			n, _ := e.ch.Events()
-			e.lateEvents += n
-		}
-		return
+		return // a helper is polling; it reports what it finds
 	}
 	defer e.unlockPoll()
 	if e.finishIfDying() {
 		return
 	}
-	n, _ := e.ch.Events()
-	e.unacked += n + e.lateEvents
-	e.lateEvents = 0
 	if e.unacked >= 64 {
 		e.cq.Ack(e.unacked)
 		e.unacked = 0
@@ -422,9 +417,9 @@ func (e *engine) destroy() {
 }
 
 func (e *engine) release() {
-	if e.unacked += e.lateEvents; e.unacked > 0 {
+	if e.unacked > 0 {
 		e.cq.Ack(e.unacked)
-		e.unacked, e.lateEvents = 0, 0
+		e.unacked = 0
 	}
 	if n, _ := e.ch.Events(); n > 0 {
 		e.cq.Ack(n)
