@@ -703,7 +703,6 @@ func (r *Replica) openLoop(ctx context.Context, addr string) (_ *eventLoop, err 
 			bo:   backoff{min: r.cfg.RedialMin, max: r.cfg.RedialMax},
 		})
 	}
-	r.ev = ev
 	r.loop.Store(ev)
 	for _, d := range ev.dialers {
 		r.dial(ctx, ev, d)

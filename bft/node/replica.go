@@ -132,7 +132,7 @@ type Replica struct {
 	tr     *rubin.Config // nil: cfg.Network's defaults
 	addr   atomic.Pointer[string]
 	status atomic.Pointer[bft.Status]
-	loop   atomic.Pointer[eventLoop] // the latest Run's, for the metrics
+	loop   atomic.Pointer[eventLoop] // the latest Run's; read by LoopStats from any goroutine
 	ready  chan struct{}
 	ran    atomic.Bool
 
@@ -156,7 +156,6 @@ type Replica struct {
 	routes      map[bft.ClientID]*peerLink
 	routesStale atomic.Bool
 
-	ev   *eventLoop // while Run runs
 	sent [len(typeNames)]int
 }
 
@@ -421,7 +420,7 @@ func (r *Replica) publish() {
 // encoded again. The links are flushed at the end of the loop's pass, so
 // a burst of replies to one client link goes out in one message.
 func (r *Replica) route(msgs []bft.Envelope) {
-	ev := r.ev
+	ev := r.loop.Load()
 	noLink := 0
 	for i := 0; i < len(msgs); {
 		m := msgs[i].Msg
