@@ -60,6 +60,8 @@ type Conn struct {
 	qpn    uint32
 	inline int
 
+	traffic // written under mu, read by Transport.Stats without it
+
 	mu        sync.Mutex // guards the fields below
 	state     int
 	connErr   error // why the connect failed

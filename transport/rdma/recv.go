@@ -161,8 +161,8 @@ func (c *Conn) receivedLocked(wc *verbs.WC, buf *bufpool.Buffer) (selectionkey.O
 		c.starved = c.starved || m.more
 		buf.SetLen(int(wc.ByteLen))
 		c.inbox.push(buf)
-		c.t.msgsIn.Add(1)
-		c.t.bytesIn.Add(uint64(wc.ByteLen))
+		c.msgsIn.add(1)
+		c.bytesIn.add(uint64(wc.ByteLen))
 		if c.inbox.len() == 1 {
 			ops |= selectionkey.OpRead
 		}

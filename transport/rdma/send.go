@@ -236,8 +236,8 @@ func (c *Conn) sendWR(b *bufpool.Buffer, m imm, last bool) verbs.Send {
 	}
 	c.sq[c.head%uint64(len(c.sq))] = b
 	c.head++
-	c.t.msgsOut.Add(1)
-	c.t.bytesOut.Add(uint64(len(data)))
+	c.msgsOut.add(1)
+	c.bytesOut.add(uint64(len(data)))
 	return wr
 }
 
@@ -252,7 +252,7 @@ func (c *Conn) postControl(m imm, signaled bool) {
 	}
 	c.sq[c.head%uint64(len(c.sq))] = nil
 	c.head++
-	c.t.controlOut.Add(1)
+	c.controlOut.add(1)
 	c.wrs[0] = wr
 	c.post(1)
 }

@@ -46,14 +46,13 @@ type Transport struct {
 	engines map[engineKey]*engine
 	chans   map[closer]struct{} // open channels, closed by Close
 	closed  bool
+	gone    traffic // what the connections no longer tracked carried
 
-	msgsIn, msgsOut, bytesIn, bytesOut atomic.Uint64
-	opened, closedConns, protoErrs     atomic.Uint64
-	controlOut                         atomic.Uint64 // credit updates, FINs and drain markers sent
-	widenings                          atomic.Uint64 // receive windows widened, for tests
-	asyncEvents                        atomic.Uint64 // devices' asynchronous events read
-	rejects                            atomic.Uint64 // connect requests our listeners turned down
-	lastReject                         atomic.Pointer[error]
+	opened, closedConns, protoErrs atomic.Uint64
+	widenings                      atomic.Uint64 // receive windows widened, for tests
+	asyncEvents                    atomic.Uint64 // devices' asynchronous events read
+	rejects                        atomic.Uint64 // connect requests our listeners turned down
+	lastReject                     atomic.Pointer[error]
 }
 
 // Rejects returns how many connect requests the transport's listeners
@@ -276,9 +275,38 @@ func (t *Transport) track(c closer) error {
 
 func (t *Transport) untrack(c closer) {
 	t.mu.Lock()
-	delete(t.chans, c)
+	if _, ok := t.chans[c]; ok {
+		if c, ok := c.(*Conn); ok {
+			t.gone.addAll(&c.traffic)
+		}
+		delete(t.chans, c)
+	}
 	t.mu.Unlock()
 }
+
+// traffic is what connections carried. Each connection counts its own,
+// under its mutex, so that the connections of different selectors write
+// no shared cache line per message; Stats adds them up.
+type traffic struct {
+	msgsIn, msgsOut, bytesIn, bytesOut counter
+	controlOut                         counter // credit updates, FINs and drain markers sent
+}
+
+func (tr *traffic) addAll(o *traffic) {
+	tr.msgsIn.add(o.msgsIn.load())
+	tr.msgsOut.add(o.msgsOut.load())
+	tr.bytesIn.add(o.bytesIn.load())
+	tr.bytesOut.add(o.bytesOut.load())
+	tr.controlOut.add(o.controlOut.load())
+}
+
+// A counter has one writer at a time, which holds a lock, and readers
+// that may not: a plain store after a load, where a shared counter would
+// take a locked read-modify-write.
+type counter struct{ v atomic.Uint64 }
+
+func (n *counter) add(d uint64) { n.v.Store(n.v.Load() + d) }
+func (n *counter) load() uint64 { return n.v.Load() }
 
 // Pool returns the transport's registered buffer pool: buffers taken from
 // it are sent without a copy.
@@ -298,15 +326,24 @@ func (t *Transport) Devices() []string {
 
 // Stats returns the transport's counters.
 func (t *Transport) Stats() Stats {
+	var sum traffic
+	t.mu.Lock()
+	sum.addAll(&t.gone)
+	for c := range t.chans {
+		if c, ok := c.(*Conn); ok {
+			sum.addAll(&c.traffic)
+		}
+	}
+	t.mu.Unlock()
 	return Stats{
-		MessagesIn:     t.msgsIn.Load(),
-		MessagesOut:    t.msgsOut.Load(),
-		BytesIn:        t.bytesIn.Load(),
-		BytesOut:       t.bytesOut.Load(),
+		MessagesIn:     sum.msgsIn.load(),
+		MessagesOut:    sum.msgsOut.load(),
+		BytesIn:        sum.bytesIn.load(),
+		BytesOut:       sum.bytesOut.load(),
 		ConnsOpened:    t.opened.Load(),
 		ConnsClosed:    t.closedConns.Load(),
 		ProtocolErrors: t.protoErrs.Load(),
-		ControlOut:     t.controlOut.Load(),
+		ControlOut:     sum.controlOut.load(),
 	}
 }
 
