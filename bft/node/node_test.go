@@ -315,8 +315,12 @@ func TestKV(t *testing.T) {
 	if _, found, err := kv.DecodeResult(res); err != nil || found {
 		t.Fatalf("get missing: found %v err %v", found, err)
 	}
+	// A loaded machine can hold one replica back: it executes the
+	// requests later, or catches up by state transfer and counts none
+	// of them. So the count asks for three replicas' worth, as PBFT
+	// needs 2f+1 to go on; waitConverged below checks all four.
 	checkMetrics(t, tc.reg, map[string]float64{
-		"rubin_bft_committed_requests_total":        4 * (2*keys + 1),
+		"rubin_bft_committed_requests_total":        3 * (2*keys + 1),
 		"rubin_bft_client_completed_requests_total": 2*keys + 1,
 	})
 	c.Close()
