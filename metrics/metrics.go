@@ -54,6 +54,7 @@ var selectorSeries = []series[selector.Stats]{
 	{desc("selector", "selected_keys_total", "Keys selected, summed over all selects.", stackLabel, pollerLabel), prometheus.CounterValue, func(s selector.Stats) float64 { return float64(s.Selected) }},
 	{desc("selector", "spins_total", "Polling rounds spent spinning before sleeping.", stackLabel, pollerLabel), prometheus.CounterValue, func(s selector.Stats) float64 { return float64(s.Spins) }},
 	{desc("selector", "sleeps_total", "Times the selector slept in epoll_wait.", stackLabel, pollerLabel), prometheus.CounterValue, func(s selector.Stats) float64 { return float64(s.Sleeps) }},
+	{desc("selector", "spins_ceded_total", "Adaptive spins cut short because runnable tasks were waiting for CPUs; the select slept instead.", stackLabel, pollerLabel), prometheus.CounterValue, func(s selector.Stats) float64 { return float64(s.Ceded) }},
 	{desc("selector", "rearms_total", "Times arming found a poller busy or events already there, and the select polled again instead of sleeping.", stackLabel, pollerLabel), prometheus.CounterValue, func(s selector.Stats) float64 { return float64(s.Rearms) }},
 	{desc("selector", "wakeups_total", "Times a sleeping selector was woken by another goroutine.", stackLabel, pollerLabel), prometheus.CounterValue, func(s selector.Stats) float64 { return float64(s.Wakeups) }},
 	{desc("selector", "keys", "Keys registered now.", stackLabel, pollerLabel), prometheus.GaugeValue, func(s selector.Stats) float64 { return float64(s.Keys) }},

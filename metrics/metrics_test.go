@@ -93,8 +93,8 @@ rubin_transport_sent_bytes_total{stack="tcp"} 30
 		"rubin_transport_messages_received_total", "rubin_transport_sent_bytes_total"); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := testutil.GatherAndCount(reg); err != nil || n != 23 {
-		t.Fatalf("GatherAndCount = %d, %v; want 23 series", n, err)
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 24 {
+		t.Fatalf("GatherAndCount = %d, %v; want 24 series", n, err)
 	}
 }
 
@@ -144,8 +144,8 @@ func TestStackLabels(t *testing.T) {
 			t.Errorf("%s has pollers %v, want 0 and 1", f.GetName(), pollers)
 		}
 	}
-	if n != 8*2+7+8 {
-		t.Errorf("%d series, want %d: 8 per poller, 7 for the pool, 8 for the transport", n, 8*2+7+8)
+	if n != 9*2+7+8 {
+		t.Errorf("%d series, want %d: 9 per poller, 7 for the pool, 8 for the transport", n, 9*2+7+8)
 	}
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil {

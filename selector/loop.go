@@ -133,6 +133,10 @@ func (s *Selector) spinFor(start time.Time, budget time.Duration, deadline time.
 		if !now.Before(spinUntil) {
 			return false, nil
 		}
+		if s.spin.adaptive() && cpusBusy(now) {
+			s.ceded.Add(1) // other tasks wait for CPUs: sleep instead
+			return false, nil
+		}
 		if now.Sub(yielded) >= yieldEvery {
 			// Let goroutines that share this thread run, and threads
 			// of other processes that share this CPU: a spinning

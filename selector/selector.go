@@ -108,7 +108,10 @@ type Stats struct {
 	Sleeps   uint64 // times the selector slept in epoll
 	// Rearms counts the times arming found a poller busy or events
 	// already there, so the select polled again instead of sleeping.
-	Rearms  uint64
+	Rearms uint64
+	// Ceded counts adaptive spins cut short because runnable tasks were
+	// waiting for CPUs (pressure.go): the select slept instead.
+	Ceded   uint64
 	Wakeups uint64 // times a sleeping selector was woken by Wakeup or Ready
 	Keys    int    // keys registered now
 	Sources int    // event sources now
@@ -149,7 +152,7 @@ type Selector struct {
 	nudged   atomic.Bool // Nudge called since the select last began to arm its pollers
 	signaled atomic.Bool // wakefd written and not yet drained
 
-	selects, selectedN, spins, sleeps, rearms, wakeups atomic.Uint64
+	selects, selectedN, spins, sleeps, rearms, ceded, wakeups atomic.Uint64
 }
 
 // New opens a selector.
@@ -249,6 +252,7 @@ func (s *Selector) Stats() Stats {
 		Spins:      s.spins.Load(),
 		Sleeps:     s.sleeps.Load(),
 		Rearms:     s.rearms.Load(),
+		Ceded:      s.ceded.Load(),
 		Wakeups:    s.wakeups.Load(),
 		Keys:       keys,
 		Sources:    sources,

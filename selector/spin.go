@@ -188,7 +188,7 @@ func (s Spinner) Spin(start time.Time, ready func() bool) bool {
 			continue
 		}
 		now := time.Now()
-		if !now.Before(until) {
+		if !now.Before(until) || s.sp.adaptive() && cpusBusy(now) {
 			return false
 		}
 		if now.Sub(yielded) >= yieldEvery {
