@@ -50,6 +50,8 @@ func TestUsageErrors(t *testing.T) {
 		{"keygen", "-clients", "0"},
 		{"keygen", "-addrs", "nocolon"},
 		{"replica", "-cluster", "/nonexistent/cluster.json", "-id", "0", "-transport", "udp"},
+		{"replica", "-cluster", "/nonexistent/cluster.json", "-id", "0", "-pollers", "4"},
+		{"bench", "-cluster", "/nonexistent/cluster.json", "-pollers", "1"},
 		{"bench", "-clients", "0"},
 		{"bench", "-size", "-1"},
 		{"put", "onlykey"},
@@ -296,4 +298,13 @@ func freeAddrs(t *testing.T, host string, n int) []string {
 		addrs = append(addrs, ln.Addr().String())
 	}
 	return addrs
+}
+
+// TestPollersRefused: -pollers sizes the net.Conn face's pollers, which a
+// replica or client does not have; it is refused, not ignored.
+func TestPollersRefused(t *testing.T) {
+	code, _, stderr := runCmd(t, "replica", "-cluster", "/nonexistent/cluster.json", "-id", "0", "-pollers", "4")
+	if code != exitUsage || !strings.Contains(stderr, "-pollers has no effect on bft replica") {
+		t.Errorf("bft replica -pollers 4: exit status %d, stderr:\n%s\nwant %d and why -pollers is refused", code, stderr, exitUsage)
+	}
 }

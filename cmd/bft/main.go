@@ -21,8 +21,9 @@
 // put and get run one operation as a client and print the result.
 //
 // Every command that joins a cluster takes rubin.Config's flags:
-// -transport, -spin (how long pollers busy-poll before they sleep),
-// -max-message-size and -pollers.
+// -transport, -spin (how long the event loop busy-polls before it
+// sleeps) and -max-message-size. It refuses -pollers, which sizes the
+// net.Conn face's pollers: a replica or client runs one event loop.
 //
 // bench runs C closed-loop clients against a running cluster until OPS
 // operations have completed (C client identities, each with one operation

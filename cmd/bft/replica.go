@@ -24,17 +24,26 @@ import (
 type clusterFlags struct {
 	path      string
 	transport rubin.Config
+	fs        *flag.FlagSet
 }
 
 func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.path, "cluster", "cluster.json", "the cluster file, as bft keygen writes it")
 	c.transport.RegisterFlags(fs)
+	c.fs = fs
 }
 
-// load reads the cluster file and checks the transport's name.
+// load reads the cluster file and checks the transport's flags.
 func (c *clusterFlags) load() (*auth.Cluster, error) {
 	if t := c.transport.Transport; t != "tcp" && t != "rdma" {
 		return nil, fmt.Errorf("%w: -transport %q is neither tcp nor rdma", errUsage, t)
+	}
+	pollers := false
+	c.fs.Visit(func(f *flag.Flag) { pollers = pollers || f.Name == "pollers" })
+	if pollers {
+		// rubin.Config's pollers serve the net.Conn face; a replica and
+		// a client serve their links from one event loop each.
+		return nil, fmt.Errorf("%w: -pollers has no effect on bft %s: it serves its links from one event loop", errUsage, c.fs.Name())
 	}
 	return auth.Load(c.path)
 }
