@@ -23,12 +23,13 @@ import (
 // Defaults of ReplicaConfig and ClientConfig.
 const (
 	DefaultTick          = 5 * time.Millisecond
-	DefaultInboundQueue  = 4096
 	DefaultOutboundQueue = 8192
-	DefaultMaxDrain      = 1024
-	DefaultRedialMin     = 10 * time.Millisecond
-	DefaultRedialMax     = time.Second
-	DefaultWriteTimeout  = 10 * time.Second
+	// Deprecated: ReplicaConfig.InboundQueue has no effect.
+	DefaultInboundQueue = 4096
+	DefaultMaxDrain     = 1024
+	DefaultRedialMin    = 10 * time.Millisecond
+	DefaultRedialMax    = time.Second
+	DefaultWriteTimeout = 10 * time.Second
 )
 
 // Byte bounds of the queues, defaults of ReplicaConfig (a Client uses
@@ -68,6 +69,9 @@ type ReplicaConfig struct {
 	// InboundQueue is not used by a Replica, which steps what it receives
 	// at once (see MaxDrain); it is kept so that configurations still
 	// build.
+	//
+	// Deprecated: it has no effect; bound a pass of the event loop with
+	// InboundQueueBytes and MaxDrain.
 	InboundQueue int
 	// InboundQueueBytes bounds the frame bytes one pass of the event loop
 	// reads from the links before it collects the core's Ready (default
@@ -190,7 +194,6 @@ func NewReplica(cfg ReplicaConfig) (*Replica, error) {
 			*p = v
 		}
 	}
-	def(&cfg.InboundQueue, DefaultInboundQueue)
 	def(&cfg.OutboundQueue, DefaultOutboundQueue)
 	def(&cfg.InboundQueueBytes, DefaultInboundQueueBytes)
 	def(&cfg.OutboundQueueBytes, DefaultOutboundQueueBytes)
