@@ -184,3 +184,27 @@ func TestReportWithoutEnsemble(t *testing.T) {
 		t.Errorf("a ratio with no baseline measured:\n%s", &b)
 	}
 }
+
+// TestReportNamesRetries: a baseline run tried again is in both the text
+// and the Markdown report, and does not count as a failure once the
+// second try succeeds.
+func TestReportNamesRetries(t *testing.T) {
+	r := newResults(config{systems: []string{ensemble, ours}, clients: []int{1}, rounds: 1})
+	r.retried(ensemble, 1, errors.New("no operation completed within the measured time"))
+	r.add(ensemble, 1, sample{Rate: 1000, P50: 1000, P99: 2000}, nil)
+	r.add(ours, 1, sample{Rate: 900, P50: 1100, P99: 2100}, nil)
+	if n := r.Failures(); n != 0 {
+		t.Errorf("%d failures after a retry that succeeded, want 0", n)
+	}
+	var text, md strings.Builder
+	r.writeText(&text)
+	if err := r.writeMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	want := "ensemble with 1 client: no operation completed within the measured time"
+	for name, got := range map[string]string{"text": text.String(), "Markdown": md.String()} {
+		if !strings.Contains(got, want) {
+			t.Errorf("%s report lacks %q:\n%s", name, want, got)
+		}
+	}
+}

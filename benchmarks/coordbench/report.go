@@ -34,6 +34,7 @@ type results struct {
 	benchkit.Runs[key]
 	duration  time.Duration
 	placement string
+	retries   []string // baseline runs that failed and were tried again
 }
 
 func newResults(cfg config) *results {
@@ -42,6 +43,11 @@ func newResults(cfg config) *results {
 
 func (r *results) add(system string, clients int, s sample, err error) {
 	r.Add(key{system, clients}, s, err)
+}
+
+// retried records a baseline run that failed and was tried again.
+func (r *results) retried(system string, clients int, err error) {
+	r.retries = append(r.retries, fmt.Sprintf("%s with %d client%s: %v", system, clients, benchkit.Plural(clients), err))
 }
 
 // baseline returns the system every figure is compared with: the
@@ -101,6 +107,9 @@ func (r *results) writeText(w io.Writer) {
 	r.table().WriteText(w)
 	for _, line := range r.verdicts() {
 		fmt.Fprintln(w, line)
+	}
+	for _, line := range r.retries {
+		fmt.Fprintln(w, "tried again after a failed run:", line)
 	}
 }
 
@@ -206,6 +215,13 @@ func (r *results) writeMarkdown(w io.Writer) error {
 		for _, line := range v {
 			fmt.Fprintf(w, "- %s\n", line)
 		}
+	}
+	if len(r.retries) > 0 {
+		fmt.Fprintln(w, "\nBaseline runs that failed and were tried once more (ours never are):")
+		for _, line := range r.retries {
+			fmt.Fprintf(w, "\n- %s", line)
+		}
+		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w, "\nEvery run's summary line:\n\n```")
 	for _, clients := range r.cfg.clients {
