@@ -2,6 +2,7 @@ package selector
 
 import (
 	"bytes"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,7 +31,7 @@ const (
 // over takes a new sample; the others read the last verdict.
 type cpuPressure struct {
 	busy atomic.Bool
-	next atomic.Int64 // UnixNano after which a spin samples again
+	next atomic.Int64 // when a spin samples again, in monotonic ns since pressureEpoch
 
 	mu    sync.Mutex // held while sampling
 	read  func() (total time.Duration, ok bool)
@@ -41,6 +42,10 @@ type cpuPressure struct {
 
 var pressure = cpuPressure{read: readCPUPressure}
 
+// pressureEpoch anchors the monotonic clock readings that next holds: a
+// wall clock stepped back must not hold sampling off.
+var pressureEpoch = time.Now()
+
 // cpusBusy reports whether runnable tasks waited for CPUs more than
 // busyShare of the last sampled window; now is the caller's clock reading.
 func cpusBusy(now time.Time) bool {
@@ -48,20 +53,22 @@ func cpusBusy(now time.Time) bool {
 }
 
 func (p *cpuPressure) check(now time.Time) bool {
-	if now.UnixNano() < p.next.Load() || !p.mu.TryLock() {
+	if int64(now.Sub(pressureEpoch)) < p.next.Load() || !p.mu.TryLock() {
 		return p.busy.Load()
 	}
 	defer p.mu.Unlock()
 	if p.off {
 		return false
 	}
-	p.next.Store(now.Add(pressureWindow).UnixNano())
 	total, ok := p.read()
 	if !ok {
+		// Never again: without the file, spins only read busy.
 		p.off = true
 		p.busy.Store(false)
+		p.next.Store(math.MaxInt64)
 		return false
 	}
+	p.next.Store(int64(now.Add(pressureWindow).Sub(pressureEpoch)))
 	if !p.at.IsZero() {
 		if span := now.Sub(p.at); span > 0 {
 			p.busy.Store(float64(total-p.total) > busyShare*float64(span))

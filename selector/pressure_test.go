@@ -1,6 +1,7 @@
 package selector
 
 import (
+	"math"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -25,7 +26,7 @@ func TestPressureVerdict(t *testing.T) {
 	var stall time.Duration
 	reads := 0
 	p := cpuPressure{read: func() (time.Duration, bool) { reads++; return stall, true }}
-	t0 := time.Unix(1000, 0)
+	t0 := time.Now()
 	if p.check(t0) {
 		t.Fatal("busy before a window was measured")
 	}
@@ -44,11 +45,18 @@ func TestPressureVerdict(t *testing.T) {
 		t.Error("busy after a window with 10% stall")
 	}
 
-	off := cpuPressure{read: func() (time.Duration, bool) { return 0, false }}
+	offReads := 0
+	off := cpuPressure{read: func() (time.Duration, bool) { offReads++; return 0, false }}
 	for i := range 3 {
 		if off.check(t0.Add(time.Duration(i) * pressureWindow)) {
 			t.Fatal("busy without pressure information")
 		}
+	}
+	if offReads != 1 {
+		t.Errorf("%d reads of a missing pressure file, want 1", offReads)
+	}
+	if off.next.Load() != math.MaxInt64 {
+		t.Error("without pressure information, spins still take the sampling lock at every clock reading")
 	}
 }
 
