@@ -12,6 +12,9 @@ type OpsSample struct {
 	Rate     float64 // operations per second
 	P50, P99 float64 // latency, in microseconds
 	Line     string  // the summary line itself
+	// What the runner measured around the run, where it could: context
+	// switches and server CPU time, in microseconds, per operation.
+	Switches, CPUUS Cost
 }
 
 // ParseOps parses a summary line whose key=value fields include
@@ -77,7 +80,7 @@ func (r Runs[K]) Failures() int {
 }
 
 // Medians returns the medians of k's runs, each figure on its own, and
-// whether k has any.
+// whether k has any. A cost is known only if every run knew it.
 func (r Runs[K]) Medians(k K) (OpsSample, bool) {
 	runs := r.Samples[k]
 	if len(runs) == 0 {
@@ -90,9 +93,22 @@ func (r Runs[K]) Medians(k K) (OpsSample, bool) {
 		}
 		return Median(xs)
 	}
+	pickCost := func(f func(OpsSample) Cost) Cost {
+		xs := make([]float64, len(runs))
+		for i, s := range runs {
+			c := f(s)
+			if !c.Known {
+				return Cost{}
+			}
+			xs[i] = c.Value
+		}
+		return Cost{Value: Median(xs), Known: true}
+	}
 	return OpsSample{
-		Rate: pick(func(s OpsSample) float64 { return s.Rate }),
-		P50:  pick(func(s OpsSample) float64 { return s.P50 }),
-		P99:  pick(func(s OpsSample) float64 { return s.P99 }),
+		Rate:     pick(func(s OpsSample) float64 { return s.Rate }),
+		P50:      pick(func(s OpsSample) float64 { return s.P50 }),
+		P99:      pick(func(s OpsSample) float64 { return s.P99 }),
+		Switches: pickCost(func(s OpsSample) Cost { return s.Switches }),
+		CPUUS:    pickCost(func(s OpsSample) Cost { return s.CPUUS }),
 	}, true
 }

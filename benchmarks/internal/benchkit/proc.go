@@ -104,6 +104,10 @@ func (s *Server) Stop() error {
 	return StopProcess(s.cmd, s.exited)
 }
 
+// Pid returns the server's process id. Under taskset it is the server's
+// own, since taskset executes the server in its place.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
 // Running reports whether the server has not exited yet.
 func (s *Server) Running() bool {
 	select {
