@@ -179,7 +179,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				for _, t := range cfg.transports {
 					s, err := res.clusters[t].bench(ctx, launcher, cfg, clients, size)
 					res.add(t, size, clients, s, err)
-					status := fmt.Sprintf("%.0f ops/s, p50 %.0f us", s.Rate, s.P50)
+					status := fmt.Sprintf("%.0f ops/s, p50 %.0f us, %s switches/req, replica CPU %s us/req", s.Rate, s.P50, s.Switches.Format(2), s.CPUUS.Format(1))
 					if err != nil {
 						status = "error: " + err.Error()
 					}
@@ -272,10 +272,16 @@ func (c *cluster) stop() {
 	c.replicas = nil
 }
 
-// A sample is what one bench run reported.
+// A sample is what one bench run reported, and what it cost.
 type sample = benchkit.OpsSample
 
-// bench runs bft bench against c on the client CPU.
+// benchWarmup returns the unmeasured operations a bench run of n
+// measured ones makes first: bft bench's default, passed to it
+// explicitly, since the costs are per operation made.
+func benchWarmup(n int) int { return min(1000, n/10) }
+
+// bench runs bft bench against c on the client CPU, and reads what the
+// replicas and the client spent on it.
 func (c *cluster) bench(ctx context.Context, l *benchkit.Launcher, cfg config, clients, size int) (sample, error) {
 	for i, r := range c.replicas {
 		if !r.Running() {
@@ -284,12 +290,50 @@ func (c *cluster) bench(ctx context.Context, l *benchkit.Launcher, cfg config, c
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
+	warmup := benchWarmup(cfg.n)
 	cmd := l.Command(ctx, benchkit.ClientCPU, cfg.bin, "bench", "-cluster", c.file, "-transport", c.transport, "-spin", cfg.spin.String(),
-		"-clients", strconv.Itoa(clients), "-n", strconv.Itoa(cfg.n), "-size", strconv.Itoa(size))
+		"-clients", strconv.Itoa(clients), "-n", strconv.Itoa(cfg.n), "-warmup", strconv.Itoa(warmup), "-size", strconv.Itoa(size))
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	before, beforeErr := c.counters()
 	if err := cmd.Run(); err != nil {
 		return sample{}, fmt.Errorf("bft bench: %w: %s", err, benchkit.LastLine(stderr.String()))
 	}
-	return benchkit.ParseOps(benchkit.LastLine(stdout.String()))
+	after, afterErr := c.counters()
+	s, err := benchkit.ParseOps(benchkit.LastLine(stdout.String()))
+	if err != nil {
+		return sample{}, err
+	}
+	if beforeErr == nil && afterErr == nil {
+		clientSwitches, ok := benchkit.ExitedSwitches(cmd.ProcessState)
+		s.Switches, s.CPUUS = perOp(after.Sub(before), clientSwitches, ok, warmup+cfg.n)
+	}
+	s.Line += fmt.Sprintf(" cs_per_req=%s cpu_us_per_req=%s", s.Switches.Format(2), s.CPUUS.Format(1))
+	return s, nil
+}
+
+// perOp returns, per operation of ops, the context switches of the
+// replicas (spent) and the client (client, if clientKnown) together, and
+// the replicas' CPU time in microseconds. The counters span the whole run,
+// warm-up and connecting included.
+func perOp(spent benchkit.ProcCounters, client int64, clientKnown bool, ops int) (switches, cpuUS benchkit.Cost) {
+	if clientKnown {
+		switches = benchkit.Cost{Value: float64(spent.Switches+client) / float64(ops), Known: true}
+	}
+	cpuUS = benchkit.Cost{Value: float64(spent.CPU.Microseconds()) / float64(ops), Known: true}
+	return switches, cpuUS
+}
+
+// counters returns the counters of c's replicas, summed.
+func (c *cluster) counters() (benchkit.ProcCounters, error) {
+	var sum benchkit.ProcCounters
+	for i, r := range c.replicas {
+		n, err := benchkit.ReadProcCounters(r.Pid())
+		if err != nil {
+			return benchkit.ProcCounters{}, fmt.Errorf("replica %d: %w", i, err)
+		}
+		sum.Switches += n.Switches
+		sum.CPU += n.CPU
+	}
+	return sum, nil
 }

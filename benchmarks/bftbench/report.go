@@ -38,12 +38,13 @@ func (r *results) add(t string, size, clients int, s sample, err error) {
 	r.Add(key{t, size, clients}, s, err)
 }
 
-// table returns the results as a table: medians, and for rdma the ratio
-// to tcp measured in the same run.
+// table returns the results as a table: medians, the costs per request
+// (context switches of replicas and client, CPU time of the replicas),
+// and for rdma the ratio to tcp measured in the same run.
 func (r *results) table() *benchkit.Table {
 	t := &benchkit.Table{
-		Header: []string{"transport", "size", "clients", "ops/s", "p50 us", "p99 us", "ops/s vs tcp", "p50 vs tcp"},
-		Right:  []bool{false, true, true, true, true, true, true, true},
+		Header: []string{"transport", "size", "clients", "ops/s", "p50 us", "p99 us", "cs/req", "cpu us/req", "ops/s vs tcp", "p50 vs tcp"},
+		Right:  []bool{false, true, true, true, true, true, true, true, true, true},
 		ErrCol: 3,
 	}
 	for _, size := range r.cfg.sizes {
@@ -63,7 +64,8 @@ func (r *results) table() *benchkit.Table {
 						vsRate, vsP50 = benchkit.Ratio(s.Rate, base.Rate), benchkit.Ratio(s.P50, base.P50)
 					}
 				}
-				t.Add(append(cells, fmt.Sprintf("%.0f", s.Rate), fmt.Sprintf("%.0f", s.P50), fmt.Sprintf("%.0f", s.P99), vsRate, vsP50)...)
+				t.Add(append(cells, fmt.Sprintf("%.0f", s.Rate), fmt.Sprintf("%.0f", s.P50), fmt.Sprintf("%.0f", s.P99),
+					s.Switches.Format(2), s.CPUUS.Format(1), vsRate, vsP50)...)
 			}
 		}
 	}
@@ -115,6 +117,8 @@ func (r *results) writeMarkdown(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "Four replicas (f = 1) of `bft replica` with the key-value store, and `bft bench` with closed-loop clients; medians of %d round%s of %d operations each.\n\n",
 		r.cfg.rounds, benchkit.Plural(r.cfg.rounds), r.cfg.n)
+	fmt.Fprintf(w, "Costs per request, over every request a run made (its %d of warm-up too): cs/req counts the context switches of the four replicas' threads and of the client process; cpu us/req is the replicas' CPU time, from /proc in clock ticks (%s where they could not be read).\n\n",
+		benchWarmup(r.cfg.n), "`-`")
 	fmt.Fprintf(w, "- **machine:** %s\n", benchkit.Machine())
 	shared := ""
 	if r.cfg.pin {
