@@ -5,8 +5,9 @@
 //
 // Usage:
 //
-//	bftbench [-bft PATH] [-transports tcp,rdma] [-host 127.0.0.1] [-sizes 0,1024]
+//	bftbench [-bft PATH] [-transports tcp,rdma] [-durable] [-host 127.0.0.1] [-sizes 0,1024]
 //	         [-clients 1,64] [-n 20000] [-rounds 3] [-md FILE] [-svg FILE] [-quick]
+//	         [-baseline REV | -baseline-bft PATH [-baseline-name NAME]]
 //
 // For each transport it writes a cluster file (bft keygen, on free ports
 // of -host), starts the four replicas (bft replica) and keeps them for the
@@ -20,9 +21,21 @@
 // -transports rdma needs an RDMA device whose address is -host (in the
 // Soft-RoCE machine of scripts/rdmavm.sh, $RDMAVM_RXE_IP);
 // scripts/bft-bench.sh runs it there beside tcp.
+//
+// With -baseline REV it also builds cmd/bft as it was at revision REV of
+// this repository (git archive, then go build in that tree, by the same
+// go toolchain), and measures every contender of this tree, such as tcp,
+// beside its twin of the baseline, tcp@REV, in the same rounds, so that
+// the report can quote this tree's figures as ratios to the older code's.
+// -baseline-bft takes a bft binary built before instead.
+//
+// Around every bench run it also reads what the run cost: the context
+// switches of the replicas and the client, and the replicas' CPU time,
+// per request (on Linux, from /proc and the client's resource usage).
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -37,6 +50,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/rubin-go/rubin/benchmarks/internal/benchkit"
 )
@@ -61,7 +75,8 @@ var errUsage = errors.New("usage")
 // config is what a run measures.
 type config struct {
 	bin         string
-	transports  []string
+	contenders  []contender
+	baseline    baseline
 	host        string
 	sizes       []int
 	clients     []int
@@ -77,8 +92,69 @@ type config struct {
 	durable     bool
 }
 
+// A contender is one cluster a run measures: replicas of one build of the
+// bft command, over one transport, persisting or not.
+type contender struct {
+	transport string // tcp or rdma
+	durable   bool   // the replicas persist to a data directory (-data-dir)
+	build     string // the baseline's name, for the baseline's build; empty for this tree's
+}
+
 // diskSuffix marks a contender whose replicas persist to a data directory.
 const diskSuffix = "+disk"
+
+// name returns what reports call c: its transport, +disk if it persists,
+// and @ and the baseline's name if it is the baseline's.
+func (c contender) name() string {
+	n := c.transport
+	if c.durable {
+		n += diskSuffix
+	}
+	if c.build != "" {
+		n += "@" + c.build
+	}
+	return n
+}
+
+// tcp returns the contender c's ratios to tcp are to: tcp in memory, of
+// the same build.
+func (c contender) tcp() contender { return contender{transport: "tcp", build: c.build} }
+
+// twin returns c's twin of the baseline, named name.
+func (c contender) twin(name string) contender {
+	c.build = name
+	return c
+}
+
+// A baseline is the older build of the bft command the run measures this
+// tree's against, if any.
+type baseline struct {
+	rev  string // -baseline: a revision of this repository to build
+	repo string // the top level of the repository, for rev
+	bin  string // the binary, built from rev or given by -baseline-bft
+	name string // what contenders' names append after @
+	desc string // what it is, for the reports
+}
+
+// contenders returns the contenders for transports: each, then its
+// +disk contender if durable, each followed by its baseline twin if the
+// run has a baseline, so that the twins alternate in every round.
+func contenders(transports []string, durable bool, base string) []contender {
+	var out []contender
+	add := func(c contender) {
+		out = append(out, c)
+		if base != "" {
+			out = append(out, c.twin(base))
+		}
+	}
+	for _, t := range transports {
+		add(contender{transport: t})
+		if durable {
+			add(contender{transport: t, durable: true})
+		}
+	}
+	return out
+}
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bftbench", flag.ContinueOnError)
@@ -100,6 +176,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&cfg.pin, "pin", true, "pin the replicas to CPU 1 and the clients to CPU 0 with taskset")
 	fs.DurationVar(&cfg.spin, "spin", 0, "busy-poll budget of every replica's and client's event loop (rubin.Config.SpinBudget; 0 adapts)")
 	fs.BoolVar(&cfg.durable, "durable", false, "also measure every transport with replicas that persist (bft replica -data-dir), as contender TRANSPORT+disk, alternating with it in every round")
+	fs.StringVar(&cfg.baseline.rev, "baseline", "", "also measure, beside every contender, its twin built from cmd/bft at `REV`, a revision of this repository (run from its root), as contender NAME@REV")
+	fs.StringVar(&cfg.baseline.bin, "baseline-bft", "", "also measure, beside every contender, its twin run with the bft binary `PATH`, as contender NAME@BASELINE")
+	fs.StringVar(&cfg.baseline.name, "baseline-name", "", "the baseline's name in contender names (default: the short revision with -baseline, base with -baseline-bft)")
 	fs.BoolVar(&cfg.quick, "quick", false, "a small run for CI: at most 500 operations, one round, the first size and client count only")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -111,35 +190,44 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
 	var err error
-	cfg.transports = benchkit.SplitList(transports)
-	if cfg.durable {
-		var both []string
-		for _, t := range cfg.transports {
-			both = append(both, t, t+diskSuffix)
-		}
-		cfg.transports = both
-	}
 	if cfg.sizes, err = benchkit.ParseInts("sizes", sizes, 0); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	if cfg.clients, err = benchkit.ParseInts("clients", clients, 1); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
-	for _, t := range cfg.transports {
-		if t, _ := strings.CutSuffix(t, diskSuffix); t != "tcp" && t != "rdma" {
+	ts := benchkit.SplitList(transports)
+	for _, t := range ts {
+		if t != "tcp" && t != "rdma" {
 			return fmt.Errorf("%w: -transports: %q is neither tcp nor rdma", errUsage, t)
 		}
 	}
+	base := &cfg.baseline
 	switch {
-	case len(cfg.transports) == 0:
+	case len(ts) == 0:
 		return fmt.Errorf("%w: -transports is empty", errUsage)
 	case cfg.n < 1 || cfg.rounds < 1:
 		return fmt.Errorf("%w: -n and -rounds must be positive", errUsage)
+	case base.rev != "" && base.bin != "":
+		return fmt.Errorf("%w: -baseline and -baseline-bft exclude each other", errUsage)
+	case base.name != "" && base.rev == "" && base.bin == "":
+		return fmt.Errorf("%w: -baseline-name names a baseline, but neither -baseline nor -baseline-bft gives one", errUsage)
+	case strings.ContainsFunc(base.name, func(r rune) bool { return unicode.IsSpace(r) || r == '/' }):
+		return fmt.Errorf("%w: -baseline-name %q has a space or a slash", errUsage, base.name)
 	}
 	if cfg.quick {
 		cfg.n, cfg.rounds = min(cfg.n, 500), 1
 		cfg.sizes, cfg.clients = cfg.sizes[:1], cfg.clients[:1]
 	}
+	if base.rev != "" {
+		if err := base.resolve(ctx); err != nil {
+			return err
+		}
+	} else if base.bin != "" {
+		base.name = cmp.Or(base.name, "base")
+		base.desc = fmt.Sprintf("`%s`", base.bin)
+	}
+	cfg.contenders = contenders(ts, cfg.durable, base.name)
 	dir, err := os.MkdirTemp("", "bftbench")
 	if err != nil {
 		return err
@@ -153,6 +241,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("go build ./cmd/bft: %w", err)
 		}
 	}
+	if base.rev != "" {
+		if err := base.build(ctx, filepath.Join(dir, "baseline"), stderr); err != nil {
+			return err
+		}
+	}
 	launcher, placement := &benchkit.Launcher{}, "unpinned (-pin=false)"
 	if cfg.pin {
 		launcher, placement = benchkit.Pinned(ctx)
@@ -163,27 +256,32 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		placement += fmt.Sprintf("; spin budget %v", cfg.spin)
 	}
 	fmt.Fprintln(stdout, "placement:", placement)
+	if base.name != "" {
+		fmt.Fprintf(stdout, "baseline: @%s is %s\n", base.name, strings.ReplaceAll(base.desc, "`", ""))
+	}
 	res := newResults(cfg)
 	start := time.Now()
-	for _, t := range cfg.transports {
-		c, err := startCluster(ctx, launcher, cfg, t, filepath.Join(dir, t))
+	width := 0
+	for i, ct := range cfg.contenders {
+		c, err := startCluster(ctx, launcher, cfg, ct, filepath.Join(dir, fmt.Sprintf("cluster%d", i)))
 		if err != nil {
-			return fmt.Errorf("%s cluster: %w", t, err)
+			return fmt.Errorf("%s cluster: %w", ct.name(), err)
 		}
 		defer c.stop()
-		res.clusters[t] = c
+		res.clusters[ct] = c
+		width = max(width, len(ct.name()))
 	}
 	for round := range cfg.rounds {
 		for _, size := range cfg.sizes {
 			for _, clients := range cfg.clients {
-				for _, t := range cfg.transports {
+				for _, t := range cfg.contenders {
 					s, err := res.clusters[t].bench(ctx, launcher, cfg, clients, size)
 					res.add(t, size, clients, s, err)
-					status := fmt.Sprintf("%.0f ops/s, p50 %.0f us, %s switches/req, replica CPU %s us/req", s.Rate, s.P50, s.Switches.Format(2), s.CPUUS.Format(1))
+					status := fmt.Sprintf("%.0f ops/s, p50 %.0f us, %s cs/req, %s cpu us/req", s.Rate, s.P50, s.Switches.Format(2), s.CPUUS.Format(1))
 					if err != nil {
 						status = "error: " + err.Error()
 					}
-					fmt.Fprintf(stdout, "round %d/%d  %-4s size %-5d clients %-3d  %s\n", round+1, cfg.rounds, t, size, clients, status)
+					fmt.Fprintf(stdout, "round %d/%d  %-*s  size %-5d clients %-3d  %s\n", round+1, cfg.rounds, width, t.name(), size, clients, status)
 					if ctx.Err() != nil {
 						return context.Cause(ctx)
 					}
@@ -203,19 +301,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// A cluster is four replica processes of one transport.
+// A cluster is four replica processes of one contender, and the bft
+// command its clients run.
 type cluster struct {
 	transport string
+	bin       string
 	file      string
 	replicas  []*benchkit.Server
 }
 
 // startCluster writes a cluster file for free ports of host into dir and
-// starts its four replicas; a contender named TRANSPORT+disk gets each
-// replica a data directory in dir.
-func startCluster(ctx context.Context, l *benchkit.Launcher, cfg config, contender, dir string) (*cluster, error) {
+// starts the four replicas of contender ct; a contender that persists
+// gets each replica a data directory in dir.
+func startCluster(ctx context.Context, l *benchkit.Launcher, cfg config, ct contender, dir string) (*cluster, error) {
 	const n = 4
-	transport, durable := strings.CutSuffix(contender, diskSuffix)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -223,17 +322,20 @@ func startCluster(ctx context.Context, l *benchkit.Launcher, cfg config, contend
 	if err != nil {
 		return nil, err
 	}
-	c := &cluster{transport: transport, file: filepath.Join(dir, "cluster.json")}
-	keygen := exec.CommandContext(ctx, cfg.bin, "keygen", "-addrs", strings.Join(addrs, ","), "-clients", "256", "-out", c.file)
+	c := &cluster{transport: ct.transport, bin: cfg.bin, file: filepath.Join(dir, "cluster.json")}
+	if ct.build != "" {
+		c.bin = cfg.baseline.bin
+	}
+	keygen := exec.CommandContext(ctx, c.bin, "keygen", "-addrs", strings.Join(addrs, ","), "-clients", "256", "-out", c.file)
 	if out, err := keygen.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("bft keygen: %w: %s", err, out)
 	}
 	for i := range n {
-		args := []string{"replica", "-id", strconv.Itoa(i), "-cluster", c.file, "-transport", transport, "-spin", cfg.spin.String()}
-		if durable {
+		args := []string{"replica", "-id", strconv.Itoa(i), "-cluster", c.file, "-transport", c.transport, "-spin", cfg.spin.String()}
+		if ct.durable {
 			args = append(args, "-data-dir", filepath.Join(dir, fmt.Sprintf("data%d", i)))
 		}
-		s, _, err := l.StartServer(ctx, "replica ", 30*time.Second, cfg.bin, args...)
+		s, _, err := l.StartServer(ctx, "replica ", 30*time.Second, c.bin, args...)
 		if err != nil {
 			c.stop()
 			return nil, fmt.Errorf("replica %d: %w", i, err)
@@ -291,7 +393,7 @@ func (c *cluster) bench(ctx context.Context, l *benchkit.Launcher, cfg config, c
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
 	warmup := benchWarmup(cfg.n)
-	cmd := l.Command(ctx, benchkit.ClientCPU, cfg.bin, "bench", "-cluster", c.file, "-transport", c.transport, "-spin", cfg.spin.String(),
+	cmd := l.Command(ctx, benchkit.ClientCPU, c.bin, "bench", "-cluster", c.file, "-transport", c.transport, "-spin", cfg.spin.String(),
 		"-clients", strconv.Itoa(clients), "-n", strconv.Itoa(cfg.n), "-warmup", strconv.Itoa(warmup), "-size", strconv.Itoa(size))
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

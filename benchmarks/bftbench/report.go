@@ -17,59 +17,81 @@ const (
 
 // key names one measured configuration.
 type key struct {
-	transport     string
+	contender
 	size, clients int
 }
 
 // results holds every run, by configuration.
 type results struct {
 	cfg      config
-	clusters map[string]*cluster
+	clusters map[contender]*cluster
 	benchkit.Runs[key]
 	duration  time.Duration
 	placement string
 }
 
 func newResults(cfg config) *results {
-	return &results{cfg: cfg, clusters: make(map[string]*cluster), Runs: benchkit.NewRuns[key]()}
+	return &results{cfg: cfg, clusters: make(map[contender]*cluster), Runs: benchkit.NewRuns[key]()}
 }
 
-func (r *results) add(t string, size, clients int, s sample, err error) {
+func (r *results) add(t contender, size, clients int, s sample, err error) {
 	r.Add(key{t, size, clients}, s, err)
 }
 
 // table returns the results as a table: medians, the costs per request
 // (context switches of replicas and client, CPU time of the replicas),
-// and for rdma the ratio to tcp measured in the same run.
+// the ratios to tcp of the same build measured in the same run, and with
+// a baseline, every contender's ratios to its twin of the baseline.
 func (r *results) table() *benchkit.Table {
 	t := &benchkit.Table{
 		Header: []string{"transport", "size", "clients", "ops/s", "p50 us", "p99 us", "cs/req", "cpu us/req", "ops/s vs tcp", "p50 vs tcp"},
 		Right:  []bool{false, true, true, true, true, true, true, true, true, true},
 		ErrCol: 3,
 	}
+	baseline := r.cfg.baseline.name
+	if baseline != "" {
+		t.Header = append(t.Header, "ops/s vs "+baseline, "p50 vs "+baseline)
+		t.Right = append(t.Right, true, true)
+	}
 	for _, size := range r.cfg.sizes {
 		for _, clients := range r.cfg.clients {
-			for _, tr := range r.cfg.transports {
-				k := key{tr, size, clients}
-				cells := []string{tr, benchkit.FormatSize(size), fmt.Sprint(clients)}
+			for _, c := range r.cfg.contenders {
+				k := key{c, size, clients}
+				cells := []string{c.name(), benchkit.FormatSize(size), fmt.Sprint(clients)}
 				s, ok := r.Medians(k)
 				if !ok {
 					t.AddError(fmt.Sprint(r.Errs[k][0]), cells...)
 					continue
 				}
-				vsRate, vsP50 := "base", "base"
-				if tr != "tcp" {
-					vsRate, vsP50 = "-", "-"
-					if base, ok := r.Medians(key{"tcp", size, clients}); ok {
-						vsRate, vsP50 = benchkit.Ratio(s.Rate, base.Rate), benchkit.Ratio(s.P50, base.P50)
+				cells = append(cells, fmt.Sprintf("%.0f", s.Rate), fmt.Sprintf("%.0f", s.P50), fmt.Sprintf("%.0f", s.P99),
+					s.Switches.Format(2), s.CPUUS.Format(1))
+				cells = append(cells, r.ratios(s, c, c.tcp(), size, clients)...)
+				if baseline != "" {
+					base := c.twin(baseline)
+					if c.build != "" {
+						base = c
 					}
+					cells = append(cells, r.ratios(s, c, base, size, clients)...)
 				}
-				t.Add(append(cells, fmt.Sprintf("%.0f", s.Rate), fmt.Sprintf("%.0f", s.P50), fmt.Sprintf("%.0f", s.P99),
-					s.Switches.Format(2), s.CPUUS.Format(1), vsRate, vsP50)...)
+				t.Add(cells...)
 			}
 		}
 	}
 	return t
+}
+
+// ratios returns the cells of s's throughput and median latency as ratios
+// to those of contender base at the same size and clients: "base" in
+// both if c is base, "-" if base has no figures.
+func (r *results) ratios(s sample, c, base contender, size, clients int) []string {
+	if c == base {
+		return []string{"base", "base"}
+	}
+	b, ok := r.Medians(key{base, size, clients})
+	if !ok {
+		return []string{"-", "-"}
+	}
+	return []string{benchkit.Ratio(s.Rate, b.Rate), benchkit.Ratio(s.P50, b.P50)}
 }
 
 func (r *results) writeText(w io.Writer) {
@@ -88,7 +110,7 @@ func (r *results) verdicts() []string {
 	var out []string
 	best, bestClients := 0.0, 0
 	for _, c := range r.cfg.clients {
-		if s, ok := r.Medians(key{"tcp", 0, c}); ok && s.Rate > best {
+		if s, ok := r.Medians(key{contender{transport: "tcp"}, 0, c}); ok && s.Rate > best {
 			best, bestClients = s.Rate, c
 		}
 	}
@@ -96,7 +118,7 @@ func (r *results) verdicts() []string {
 		out = append(out, fmt.Sprintf("target: >= %d ops/s over tcp, 0 B: %.0f ops/s with %d clients (%.2fx): %s",
 			targetOpsPerSecond, best, bestClients, best/targetOpsPerSecond, verdict(best >= targetOpsPerSecond)))
 	}
-	if s, ok := r.Medians(key{"tcp", 0, 1}); ok {
+	if s, ok := r.Medians(key{contender{transport: "tcp"}, 0, 1}); ok {
 		out = append(out, fmt.Sprintf("target: p50 < %d us over tcp, 0 B, one client: %.0f us: %s",
 			targetP50US, s.P50, verdict(s.P50 < targetP50US)))
 	}
@@ -125,6 +147,10 @@ func (r *results) writeMarkdown(w io.Writer) error {
 		shared = "; all four replicas share the server CPU"
 	}
 	fmt.Fprintf(w, "- **placement:** %s%s\n", r.placement, shared)
+	if b := r.cfg.baseline; b.name != "" {
+		fmt.Fprintf(w, "- **baseline:** contenders named @%s run %s; each alternates with its twin of this tree in every round, with the same flags and placement, and the columns vs %s are this tree's medians over the twin's (vs tcp compares within one build)\n",
+			b.name, benchkit.MarkdownEscape(b.desc), b.name)
+	}
 	fmt.Fprintf(w, "- **duration:** %s\n\n", r.duration.Round(time.Second))
 	r.table().WriteMarkdown(w)
 	if v := r.verdicts(); len(v) > 0 {
@@ -136,13 +162,13 @@ func (r *results) writeMarkdown(w io.Writer) error {
 	fmt.Fprintln(w, "\nEvery run's summary line:\n\n```")
 	for _, size := range r.cfg.sizes {
 		for _, clients := range r.cfg.clients {
-			for _, tr := range r.cfg.transports {
-				k := key{tr, size, clients}
+			for _, c := range r.cfg.contenders {
+				k := key{c, size, clients}
 				for _, s := range r.Samples[k] {
-					fmt.Fprintln(w, s.Line)
+					fmt.Fprintf(w, "contender=%s %s\n", c.name(), s.Line)
 				}
 				for _, err := range r.Errs[k] {
-					fmt.Fprintf(w, "transport=%s size=%d clients=%d error: %v\n", tr, size, clients, err)
+					fmt.Fprintf(w, "contender=%s size=%d clients=%d error: %v\n", c.name(), size, clients, err)
 				}
 			}
 		}
@@ -164,11 +190,17 @@ func (r *results) plot() *benchkit.Plot {
 		p.XTicks = append(p.XTicks, float64(c))
 		p.XTickLabels = append(p.XTickLabels, fmt.Sprint(c))
 	}
-	for _, tr := range r.cfg.transports {
+	for _, ct := range r.cfg.contenders {
+		// Dashed: the baseline's twins if there are any, else tcp if
+		// it has company.
+		dashed := ct.build != ""
+		if r.cfg.baseline.name == "" {
+			dashed = ct.name() == "tcp" && len(r.cfg.contenders) > 1
+		}
 		for _, size := range r.cfg.sizes {
-			s := benchkit.Series{Name: fmt.Sprintf("%s, %s", tr, benchkit.FormatSize(size)), Baseline: tr == "tcp" && len(r.cfg.transports) > 1}
+			s := benchkit.Series{Name: fmt.Sprintf("%s, %s", ct.name(), benchkit.FormatSize(size)), Baseline: dashed}
 			for _, c := range r.cfg.clients {
-				m, ok := r.Medians(key{tr, size, c})
+				m, ok := r.Medians(key{ct, size, c})
 				if !ok {
 					s.Failed = true
 					continue
