@@ -139,7 +139,7 @@ func (r *results) writeMarkdown(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "Four replicas (f = 1) of `bft replica` with the key-value store, and `bft bench` with closed-loop clients; medians of %d round%s of %d operations each.\n\n",
 		r.cfg.rounds, benchkit.Plural(r.cfg.rounds), r.cfg.n)
-	fmt.Fprintf(w, "Costs per request, over every request a run made (its %d of warm-up too): cs/req counts the context switches of the four replicas' threads and of the client process; cpu us/req is the replicas' CPU time, from /proc in clock ticks (%s where they could not be read).\n\n",
+	fmt.Fprintf(w, "Costs per request, over every request a run made (its %d of warm-up too): cs/req counts the context switches of the four replicas' threads and of the client process; cpu us/req is the replicas' CPU time, from /proc (%s where they could not be read). Both sum over the replicas' threads alive at each reading: a thread that exits during a run takes its counts along.\n\n",
 		benchWarmup(r.cfg.n), "`-`")
 	fmt.Fprintf(w, "- **machine:** %s\n", benchkit.Machine())
 	shared := ""

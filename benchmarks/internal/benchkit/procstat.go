@@ -14,8 +14,11 @@ type ProcCounters struct {
 	// process's live threads. A thread that exits takes its count with
 	// it: Linux reports per thread only (/proc/PID/task/TID/status).
 	Switches int64
-	// CPU is the user and system time of all the process's threads,
-	// exited ones too (/proc/PID/stat), in whole clock ticks.
+	// CPU is the CPU time of the process's live threads, to the
+	// nanosecond (/proc/PID/task/TID/schedstat). Where the kernel keeps
+	// no schedstat it is the user and system time of all the threads,
+	// exited ones too, in whole clock ticks (/proc/PID/stat): a tick is
+	// 10 ms, as much as a short run of a server takes in all.
 	CPU time.Duration
 }
 
@@ -48,6 +51,20 @@ func parseStatCPU(stat []byte, tick time.Duration) (time.Duration, error) {
 		ticks += n
 	}
 	return time.Duration(ticks) * tick, nil
+}
+
+// parseSchedstat returns the time on a CPU in a /proc/PID/task/TID/schedstat
+// line, its first field, in nanoseconds.
+func parseSchedstat(schedstat []byte) (time.Duration, error) {
+	fields := bytes.Fields(schedstat)
+	if len(fields) == 0 {
+		return 0, fmt.Errorf("schedstat is empty")
+	}
+	ns, err := strconv.ParseInt(string(fields[0]), 10, 64)
+	if err != nil || ns < 0 {
+		return 0, fmt.Errorf("schedstat %q: %q is not a count of nanoseconds", schedstat, fields[0])
+	}
+	return time.Duration(ns), nil
 }
 
 // parseStatusSwitches returns the sum of voluntary_ctxt_switches and

@@ -16,24 +16,19 @@ import (
 // ReadProcCounters reads the counters of process pid from /proc.
 func ReadProcCounters(pid int) (ProcCounters, error) {
 	dir := "/proc/" + strconv.Itoa(pid)
-	stat, err := os.ReadFile(dir + "/stat")
-	if err != nil {
-		return ProcCounters{}, err
-	}
-	cpu, err := parseStatCPU(stat, clockTick())
-	if err != nil {
-		return ProcCounters{}, fmt.Errorf("%s/%w", dir, err)
-	}
-	// /proc/PID/status counts the switches of the main thread only; the
-	// process's are the sum over its threads.
+	// /proc/PID/status and schedstat are the main thread's only; the
+	// process's are the sums over its threads.
 	tasks, err := os.ReadDir(dir + "/task")
 	if err != nil {
 		return ProcCounters{}, err
 	}
-	c := ProcCounters{CPU: cpu}
+	var c ProcCounters
+	_, err = os.Stat(dir + "/schedstat")
+	schedstat := err == nil // else the kernel keeps none (CONFIG_SCHED_INFO)
 	for _, t := range tasks {
-		status, err := os.ReadFile(dir + "/task/" + t.Name() + "/status")
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+		task := dir + "/task/" + t.Name()
+		status, err := os.ReadFile(task + "/status")
+		if gone(err) {
 			continue // the thread exited since the listing
 		}
 		if err != nil {
@@ -41,11 +36,42 @@ func ReadProcCounters(pid int) (ProcCounters, error) {
 		}
 		n, err := parseStatusSwitches(status)
 		if err != nil {
-			return ProcCounters{}, fmt.Errorf("%s/task/%s/%w", dir, t.Name(), err)
+			return ProcCounters{}, fmt.Errorf("%s/%w", task, err)
 		}
 		c.Switches += n
+		if !schedstat {
+			continue
+		}
+		line, err := os.ReadFile(task + "/schedstat")
+		if gone(err) {
+			continue
+		}
+		if err != nil {
+			return ProcCounters{}, err
+		}
+		cpu, err := parseSchedstat(line)
+		if err != nil {
+			return ProcCounters{}, fmt.Errorf("%s/%w", task, err)
+		}
+		c.CPU += cpu
+	}
+	if schedstat {
+		return c, nil
+	}
+	stat, err := os.ReadFile(dir + "/stat")
+	if err != nil {
+		return ProcCounters{}, err
+	}
+	if c.CPU, err = parseStatCPU(stat, clockTick()); err != nil {
+		return ProcCounters{}, fmt.Errorf("%s/%w", dir, err)
 	}
 	return c, nil
+}
+
+// gone reports whether err says that a thread's file is gone, as it is
+// once the thread exits.
+func gone(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH)
 }
 
 // atClkTck is AT_CLKTCK of <elf.h>: the auxiliary vector's entry for the

@@ -89,6 +89,27 @@ func TestReadProcCountersCPU(t *testing.T) {
 	}
 }
 
+// TestParseStatCPUOfSelf parses this process's /proc/PID/stat, what
+// ReadProcCounters reads where the kernel keeps no schedstat.
+func TestParseStatCPUOfSelf(t *testing.T) {
+	procOrSkip(t)
+	before := selfCPU(t)
+	stat, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := selfCPU(t)
+	tick := clockTick()
+	got, err := parseStatCPU(stat, tick)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each of user and system time is short of the truth by a tick at most.
+	if got < before-2*tick || got > after {
+		t.Errorf("/proc/self/stat says %v of CPU time, the process %v to %v (clock tick %v)", got, before, after, tick)
+	}
+}
+
 // selfCPU returns the CPU time this process used so far, by its own
 // account.
 func selfCPU(t *testing.T) time.Duration {

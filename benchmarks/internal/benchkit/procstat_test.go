@@ -24,6 +24,17 @@ func TestParseStatCPU(t *testing.T) {
 	}
 }
 
+func TestParseSchedstat(t *testing.T) {
+	if got, err := parseSchedstat([]byte("140575526 43348640 570\n")); err != nil || got != 140575526*time.Nanosecond {
+		t.Errorf("parseSchedstat = %v, %v; want 140.575526ms", got, err)
+	}
+	for _, bad := range []string{"", "\n", "-1 2 3", "x 2 3"} {
+		if _, err := parseSchedstat([]byte(bad)); err == nil {
+			t.Errorf("parseSchedstat(%q) succeeded", bad)
+		}
+	}
+}
+
 func TestParseStatusSwitches(t *testing.T) {
 	status := "Name:\tbft\nState:\tS (sleeping)\nvoluntary_ctxt_switches:\t120\nnonvoluntary_ctxt_switches:\t3\n"
 	if got, err := parseStatusSwitches([]byte(status)); err != nil || got != 123 {
