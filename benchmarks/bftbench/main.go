@@ -176,9 +176,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&cfg.pin, "pin", true, "pin the replicas to CPU 1 and the clients to CPU 0 with taskset")
 	fs.DurationVar(&cfg.spin, "spin", 0, "busy-poll budget of every replica's and client's event loop (rubin.Config.SpinBudget; 0 adapts)")
 	fs.BoolVar(&cfg.durable, "durable", false, "also measure every transport with replicas that persist (bft replica -data-dir), as contender TRANSPORT+disk, alternating with it in every round")
-	fs.StringVar(&cfg.baseline.rev, "baseline", "", "also measure, beside every contender, its twin built from cmd/bft at `REV`, a revision of this repository (run from its root), as contender NAME@REV")
-	fs.StringVar(&cfg.baseline.bin, "baseline-bft", "", "also measure, beside every contender, its twin run with the bft binary `PATH`, as contender NAME@BASELINE")
-	fs.StringVar(&cfg.baseline.name, "baseline-name", "", "the baseline's name in contender names (default: the short revision with -baseline, base with -baseline-bft)")
+	fs.StringVar(&cfg.baseline.rev, "baseline", "", "also build cmd/bft at revision `REV` of this repository and measure every contender beside its twin of that build, named like tcp@REV")
+	fs.StringVar(&cfg.baseline.bin, "baseline-bft", "", "also measure every contender beside its twin run with the bft binary `PATH`, named like tcp@base (see -baseline-name)")
+	fs.StringVar(&cfg.baseline.name, "baseline-name", "", "`NAME` of the baseline in contender names (default: the short revision with -baseline, base with -baseline-bft)")
 	fs.BoolVar(&cfg.quick, "quick", false, "a small run for CI: at most 500 operations, one round, the first size and client count only")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -422,7 +422,7 @@ func perOp(spent benchkit.ProcCounters, client int64, clientKnown bool, ops int)
 	if clientKnown {
 		switches = benchkit.Cost{Value: float64(spent.Switches+client) / float64(ops), Known: true}
 	}
-	cpuUS = benchkit.Cost{Value: float64(spent.CPU.Microseconds()) / float64(ops), Known: true}
+	cpuUS = benchkit.Cost{Value: float64(spent.CPU) / float64(time.Microsecond) / float64(ops), Known: true}
 	return switches, cpuUS
 }
 
