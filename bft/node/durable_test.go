@@ -30,6 +30,12 @@ func TestDurableRestartAll(t *testing.T) {
 	for i := range 40 { // beyond two checkpoints of 16: snapshots and a truncated log
 		invoke(t, c, kv.EncodePut(fmt.Appendf(nil, "k%d", i), fmt.Appendf(nil, "v%d", i)))
 	}
+	// Every put is at least one sync (its commit's) on 2f+1 replicas.
+	checkMetrics(t, tc.reg, map[string]float64{
+		"rubin_bft_storage_syncs_total":      3 * 40,
+		"rubin_bft_storage_sync_seconds":     3 * 40,
+		"rubin_bft_storage_readies_per_sync": 3 * 40,
+	})
 	tc.stopAll()
 	var executed [4]uint64
 	for i := range 4 {
@@ -161,7 +167,7 @@ func FuzzStorageDecode(f *testing.F) {
 // Deferred after its Persist; Close writes what is left.
 func TestStorageDefersCommitted(t *testing.T) {
 	dir := t.TempDir()
-	s, _, _, _, err := openStorage(dir, 4)
+	s, _, _, _, err := openStorage(dir, 4, wal.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +181,7 @@ func TestStorageDefersCommitted(t *testing.T) {
 	// kinds and sequence numbers of its records.
 	recovered := func() string {
 		t.Helper()
-		s2, _, recs, _, err := openStorage(dir, 4)
+		s2, _, recs, _, err := openStorage(dir, 4, wal.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -201,7 +207,10 @@ func TestStorageDefersCommitted(t *testing.T) {
 		{bft.Ready{Deferred: []bft.Record{committed(3)}}, "prepare 1 committed 1 prepare 2 committed 2 "},
 	}
 	for i, st := range steps {
-		if err := s.save(&st.rd); err != nil {
+		if _, err := s.submit(&st.rd); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.settle(); err != nil {
 			t.Fatal(err)
 		}
 		if got := recovered(); got != st.want {
@@ -213,5 +222,148 @@ func TestStorageDefersCommitted(t *testing.T) {
 	}
 	if got, want := recovered(), "prepare 1 committed 1 prepare 2 committed 2 committed 3 "; got != want {
 		t.Fatalf("after Close: %q, want %q", got, want)
+	}
+}
+
+// gatedFile holds every sync of a wal file until the test opens the gate,
+// and fails it if the test says so.
+type gatedFile struct {
+	wal.File
+	g *gate
+}
+
+type gate struct {
+	open  chan struct{} // a sync waits for a value
+	syncs chan struct{} // a sync reports it started
+	fail  error
+}
+
+func (f gatedFile) wait() error {
+	f.g.syncs <- struct{}{}
+	<-f.g.open
+	return f.g.fail
+}
+
+func (f gatedFile) Sync() error {
+	if err := f.wait(); err != nil {
+		return err
+	}
+	return f.File.Sync()
+}
+
+func (f gatedFile) Datasync() error {
+	if err := f.wait(); err != nil {
+		return err
+	}
+	return f.File.Datasync()
+}
+
+// TestStoragePipelines: while the writer syncs one Ready's records, the
+// core goroutine submits more; no message comes back before the sync of
+// its records (and of every record submitted before it) returned, a Ready
+// with nothing to write waits behind those ahead of it, messages come
+// back in submission order, and the Readies queued during a sync share
+// the next one (group commit).
+func TestStoragePipelines(t *testing.T) {
+	g := &gate{open: make(chan struct{}), syncs: make(chan struct{}, 16)}
+	s, _, _, _, err := openStorage(t.TempDir(), 4, wal.Options{Wrap: func(f wal.File) wal.File { return gatedFile{f, g} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		close(g.open)
+		s.close()
+	}()
+	woken := make(chan struct{}, 16)
+	syncs := 0
+	s.start(func() { woken <- struct{}{} }, storageMetrics{syncs: func() { syncs++ }, syncTime: func(time.Duration) {}, readies: func(int) {}})
+	msg := func(seq uint64) []bft.Envelope {
+		return []bft.Envelope{{To: bft.ToReplica(1), Msg: &bft.Commit{View: 1, Seq: seq, Replica: 2}}}
+	}
+	prep := func(seq uint64) []bft.Record {
+		return []bft.Record{{Kind: bft.RecPrepare, Msg: &bft.Prepare{View: 1, Seq: seq, Replica: 2}}}
+	}
+	submit := func(rd bft.Ready) {
+		t.Helper()
+		now, err := s.submit(&rd)
+		if err != nil || now {
+			t.Fatalf("submit: now %v, err %v; want the writer to hold it", now, err)
+		}
+	}
+	// The writer's first sync (the log file's first chunk: an fsync).
+	submit(bft.Ready{Persist: prep(1), Messages: msg(1)})
+	<-g.syncs
+	submit(bft.Ready{Persist: prep(2), Messages: msg(2)})
+	submit(bft.Ready{Messages: msg(3)}) // nothing to write: still behind 1 and 2
+	submit(bft.Ready{Persist: prep(4), Messages: msg(4)})
+	if jobs, err := s.takeDurable(); len(jobs) != 0 || err != nil {
+		t.Fatalf("before the first sync returned: %d jobs durable, err %v", len(jobs), err)
+	}
+	g.open <- struct{}{}
+	<-woken
+	var got []uint64
+	take := func() {
+		jobs, err := s.takeDurable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range jobs {
+			for _, e := range j.msgs {
+				got = append(got, e.Msg.(*bft.Commit).Seq)
+			}
+		}
+	}
+	take()
+	if fmt.Sprint(got) != "[1]" {
+		t.Fatalf("after the first sync, messages %v are out; want [1]", got)
+	}
+	// 2, 3 and 4 were queued during the first sync: one frame, one sync.
+	<-g.syncs
+	if jobs, _ := s.takeDurable(); len(jobs) != 0 {
+		t.Fatalf("%d jobs durable before their sync returned", len(jobs))
+	}
+	g.open <- struct{}{}
+	<-woken
+	take()
+	if fmt.Sprint(got) != "[1 2 3 4]" {
+		t.Fatalf("messages out %v, want [1 2 3 4]", got)
+	}
+	if syncs != 2 {
+		t.Fatalf("%d syncs for two rounds of the writer, want 2", syncs)
+	}
+	// With nothing ahead, a Ready with nothing to write is the caller's
+	// to route at once.
+	if now, err := s.submit(&bft.Ready{Messages: msg(5)}); !now || err != nil {
+		t.Fatalf("an idle storage held a Ready with nothing to write (now %v, err %v)", now, err)
+	}
+}
+
+// TestStorageFailureSendsNothing: a sync that fails breaks the storage:
+// the messages of its Readies, and of any queued behind them, never come
+// back, and every later submit returns the failure.
+func TestStorageFailureSendsNothing(t *testing.T) {
+	g := &gate{open: make(chan struct{}), syncs: make(chan struct{}, 16), fail: syscall.EIO}
+	s, _, _, _, err := openStorage(t.TempDir(), 4, wal.Options{Wrap: func(f wal.File) wal.File { return gatedFile{f, g} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(g.open)
+	defer s.close()
+	woken := make(chan struct{}, 16)
+	s.start(func() { woken <- struct{}{} }, storageMetrics{})
+	rd := bft.Ready{
+		Persist:  []bft.Record{{Kind: bft.RecPrepare, Msg: &bft.Prepare{View: 1, Seq: 1, Replica: 2}}},
+		Messages: []bft.Envelope{{To: bft.ToReplica(1), Msg: &bft.Prepare{View: 1, Seq: 1, Replica: 2}}},
+	}
+	if _, err := s.submit(&rd); err != nil {
+		t.Fatal(err)
+	}
+	<-woken
+	jobs, err := s.takeDurable()
+	if len(jobs) != 0 || !errors.Is(err, syscall.EIO) {
+		t.Fatalf("after a failed sync: %d jobs to send, err %v; want none and EIO", len(jobs), err)
+	}
+	if _, err := s.submit(&rd); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("submit after a failed sync: %v, want EIO", err)
 	}
 }

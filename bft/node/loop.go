@@ -209,6 +209,14 @@ func (r *Replica) run(ctx context.Context, ev *eventLoop) {
 				return
 			}
 		}
+		if r.store != nil {
+			// The writer wakes the selector when it made jobs durable.
+			if err := r.routeDurable(); err != nil {
+				r.failed = err
+				r.log.Error("cannot persist; stopping without sending", "err", err)
+				return
+			}
+		}
 		r.flushTouched(ev)
 		r.publish()
 	}

@@ -300,6 +300,9 @@ func (r *Replica) Run(ctx context.Context) error {
 	r.addr.Store(&addr)
 	r.log.Info("listening", "addr", addr, "network", r.network())
 	close(r.ready)
+	if r.store != nil {
+		r.store.start(ev.sel.Wakeup, r.m.storageMetrics())
+	}
 	stop := context.AfterFunc(ctx, ev.sel.Wakeup)
 	r.run(ctx, ev)
 	stop()
@@ -364,17 +367,24 @@ func (r *Replica) linkFor(to bft.Target) *peerLink {
 	return r.links[link.Peer(to)]
 }
 
-// handleReady persists what the core asks (DataDir), then routes its
-// messages to the links' queues, then reports executed batches: persist,
-// send, apply. An error means the records are not durable and nothing
-// was sent.
+// handleReady hands what the core asks to persist (DataDir) to the
+// storage's writer, which returns the Ready's messages once durable (see
+// routeDurable); without a data directory, or with nothing to write and
+// nothing ahead of it, it routes them to the links' queues at once. It
+// reports executed batches: persist, send, apply. An error means the
+// storage failed and nothing of rd was sent.
 func (r *Replica) handleReady(rd bft.Ready) error {
+	now := true
 	if r.store != nil {
-		if err := r.store.save(&rd); err != nil {
+		var err error
+		if now, err = r.store.submit(&rd); err != nil {
+			return err
+		}
+		if err := r.routeDurable(); err != nil {
 			return err
 		}
 	}
-	if len(rd.Messages) > 0 {
+	if now && len(rd.Messages) > 0 {
 		r.route(rd.Messages)
 	}
 	for _, c := range rd.Committed {
@@ -386,6 +396,19 @@ func (r *Replica) handleReady(rd bft.Ready) error {
 		}
 	}
 	return nil
+}
+
+// routeDurable routes the messages of the Readies whose records the
+// storage made durable since the last call, in order, and returns the
+// storage's failure, if any.
+func (r *Replica) routeDurable() error {
+	jobs, err := r.store.takeDurable()
+	for _, j := range jobs {
+		if len(j.msgs) > 0 {
+			r.route(j.msgs)
+		}
+	}
+	return err
 }
 
 // publish makes the core's status visible to Status and the metrics, and
