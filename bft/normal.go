@@ -152,7 +152,7 @@ func (r *Replica) acceptPrePrepare(e *entry, pp *PrePrepare) {
 			r.noteProposed(&pp.Batch[i], pp.Seq)
 		}
 	}
-	if !r.isPrimary() {
+	if !r.isPrimary() && r.view >= r.votesFrom { // see lazyVotes
 		p := &Prepare{View: pp.View, Seq: pp.Seq, Digest: pp.Digest, Replica: r.id}
 		p.Sig = r.cfg.Auth.Sign(p)
 		e.prepares[r.id] = p

@@ -116,17 +116,74 @@ func (r *Replica) persistVotes(e *entry, c *Commit) {
 // records since the last Ready, those needed before it sends and the
 // deferred ones, or, when the stable checkpoint moved, a snapshot that
 // replaces them all.
+//
+// Records that only vote in the current view (see lazyVotes) go with the
+// deferred ones when nothing else needs a sync: a pre-prepare and a
+// prepare need not be durable before they are sent, only before the
+// slot's commit is, and the commit's records follow them into the same
+// sync.
 func (r *Replica) takeDurable() (recs, deferred []Record, snap *Snapshot) {
 	recs, deferred = r.durable, r.deferred
 	r.durable, r.deferred = nil, nil
-	if !r.cfg.Persist || r.low == r.lastStable {
+	if !r.cfg.Persist {
 		return recs, deferred, nil
 	}
-	own := r.ckpts[r.low]
-	if own == nil {
-		return recs, deferred, nil
+	if own := r.ckpts[r.low]; r.low != r.lastStable && own != nil {
+		r.synced = true
+		return nil, nil, &Snapshot{Seq: r.low, Stable: r.lowCert, State: own.state, Records: r.liveRecords()}
 	}
-	return nil, nil, &Snapshot{Seq: r.low, Stable: r.lowCert, State: own.state, Records: r.liveRecords()}
+	if len(recs) > 0 && r.lazyVotes(recs) {
+		return nil, append(recs, deferred...), nil
+	}
+	r.synced = r.synced || len(recs) > 0
+	return recs, deferred, nil
+}
+
+// lazyVotes reports whether recs are all votes this replica may send
+// before they are durable: pre-prepares of its current view and its own
+// prepares in it, once something of this replica is on its disk (so that
+// a restart finds it there and calls Recover, which mutes it, below).
+//
+// A replica that crashed may have sent such a vote and lost it, and
+// would then be free to vote differently for the same slot of the same
+// view: an equivocation, as if it were Byzantine. Recover therefore
+// mutes it in the view it recovers in (votesFrom): it sends no
+// pre-prepare and no prepare there, only commits, each for a prepared
+// certificate of others' prepares that it made durable first, as always.
+// Its votes in that view are then those it sent before the crash, at
+// most one digest a slot, and quorum intersection holds: two prepared
+// certificates for different digests of a slot would need a replica
+// other than it, hence one that voted for both before any crash, to vote
+// for both. It votes again from the next view on. The commit of a slot
+// is durable before it is sent, with every record written before it (the
+// driver writes Deferred records first in the next Persist's sync), so a
+// committed slot's prepared certificate is still on f+1 correct disks
+// (see RecCommitted).
+//
+// The driver must not send a Ready's Messages before the records of
+// every earlier Ready with Persist records are durable (a Ready with
+// only Deferred records waits behind them): otherwise a lazy vote could
+// leave while the replica's first records, or the view it voted in, are
+// not on its disk yet, and a restart would not mute it.
+func (r *Replica) lazyVotes(recs []Record) bool {
+	if !r.synced {
+		return false
+	}
+	for _, rec := range recs {
+		switch m := rec.Msg.(type) {
+		case *PrePrepare:
+			if rec.Kind != RecPrePrepare || m.View != r.view {
+				return false
+			}
+		case *Prepare:
+			if rec.Kind != RecPrepare || m.View != r.view || m.Replica != r.id {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // liveRecords lists the records that describe this replica's state above

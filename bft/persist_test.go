@@ -14,6 +14,7 @@ import (
 type solo struct {
 	t    *testing.T
 	keys *simnet.Keys
+	id   bft.ReplicaID
 	r    *bft.Replica
 	disk simnet.Disk
 	out  []bft.Envelope
@@ -25,7 +26,7 @@ func newSolo(t *testing.T, keys *simnet.Keys, id bft.ReplicaID, persist bool) *s
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &solo{t: t, keys: keys, r: r}
+	return &solo{t: t, keys: keys, id: id, r: r}
 }
 
 // step feeds m from replica from and takes the Ready: records to disk,
@@ -42,8 +43,28 @@ func (s *solo) ready() {
 		s.disk = simnet.Disk{Snapshot: rd.Snapshot}
 	}
 	s.disk.Records = append(s.disk.Records, rd.Persist...)
+	if len(rd.Persist) > 0 {
+		s.disk.Synced = len(s.disk.Records)
+	}
 	s.disk.Records = append(s.disk.Records, rd.Deferred...)
 	s.out = append(s.out, rd.Messages...)
+}
+
+// recovered returns a replica like s's that recovered from s's disk, as
+// after a crash that lost every record no sync covered if lose is set.
+func (s *solo) recovered(lose bool) *solo {
+	s.t.Helper()
+	recs := s.disk.Records
+	if lose {
+		recs = recs[:s.disk.Synced]
+	}
+	rec := newSolo(s.t, s.keys, s.id, true)
+	if err := rec.r.Recover(s.disk.Snapshot, recs); err != nil {
+		s.t.Fatal(err)
+	}
+	rec.ready()
+	rec.out = nil
+	return rec
 }
 
 // prePrepare is primary 0's signed pre-prepare for seq in view 0 of one
@@ -113,8 +134,61 @@ func TestRecoverRefusesSecondVote(t *testing.T) {
 	}
 }
 
+// TestLostVoteMutesView: once a backup has records on its disk, its
+// pre-prepares and prepares go out before they are synced, and a crash
+// may lose them. Recovered, it must not prepare in that view again: a
+// pre-prepare of batch B for the slot where it prepared A before the
+// crash (an equivocating primary) is not prepared, though the lost vote
+// left nothing to refuse it with. It still becomes prepared on others'
+// prepares, and commits, synced first.
+func TestLostVoteMutesView(t *testing.T) {
+	keys := simnet.NewKeys(4, 1)
+	a := newSolo(t, keys, 1, true)
+	if err := a.step(0, a.prePrepare(1, "first")); err != nil {
+		t.Fatal(err)
+	}
+	synced := a.disk.Synced
+	ppA := a.prePrepare(2, "A")
+	if err := a.step(0, ppA); err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := a.prepared(2); !ok || d != ppA.Digest {
+		t.Fatal("the backup did not prepare A")
+	}
+	if synced == 0 || a.disk.Synced != synced {
+		t.Fatalf("the prepare of A waited for a sync (synced records %d, then %d)", synced, a.disk.Synced)
+	}
+
+	rec := a.recovered(true)
+	ppB := rec.prePrepare(2, "B")
+	if err := rec.step(0, ppB); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rec.prepared(2); ok {
+		t.Fatal("recovered replica prepared B at seq 2 of view 0, where its lost vote was A")
+	}
+	for _, from := range []bft.ReplicaID{2, 3} {
+		p := &bft.Prepare{View: 0, Seq: 2, Digest: ppB.Digest, Replica: from}
+		p.Sig = keys.MAC(from, p)
+		if err := rec.step(from, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	committed := false
+	for _, e := range rec.out {
+		if c, ok := e.Msg.(*bft.Commit); ok && c.Seq == 2 && c.Digest == ppB.Digest {
+			committed = true
+		}
+	}
+	if !committed || rec.disk.Synced != len(rec.disk.Records) {
+		t.Fatalf("recovered replica did not commit B on others' prepares, synced first (commit sent %v, synced %d of %d records)",
+			committed, rec.disk.Synced, len(rec.disk.Records))
+	}
+}
+
 // TestRecoverPrimaryKeepsItsSequence: a primary that proposed seq 1 and
-// recovered proposes its next batch at seq 2, never a new batch at 1.
+// recovered proposes nothing in that view (see TestLostVoteMutesView),
+// never a new batch at seq 1.
 func TestRecoverPrimaryKeepsItsSequence(t *testing.T) {
 	keys := simnet.NewKeys(4, 1)
 	p := newSolo(t, keys, 0, true)
@@ -135,8 +209,8 @@ func TestRecoverPrimaryKeepsItsSequence(t *testing.T) {
 	}
 	rec.ready()
 	for _, e := range rec.out {
-		if pp, ok := e.Msg.(*bft.PrePrepare); ok && pp.Batch[0].Client == 2 && pp.Seq != 2 {
-			t.Fatalf("recovered primary proposed B at seq %d, want 2", pp.Seq)
+		if pp, ok := e.Msg.(*bft.PrePrepare); ok && pp.Batch[0].Client == 2 {
+			t.Fatalf("recovered primary proposed B at seq %d of the view it recovered in", pp.Seq)
 		}
 	}
 }

@@ -33,6 +33,16 @@ func (r *Replica) Recover(snap *Snapshot, recs []Record) error {
 		}
 	}
 	r.nextSeq = max(r.nextSeq, r.lastExec, r.viewMinS)
+	if snap != nil || len(recs) > 0 {
+		// Votes sent in this view may not have reached the disk: vote
+		// again only from the next view on (see lazyVotes). A replica
+		// changing views sent none in the view it changes to.
+		r.synced = true
+		r.votesFrom = r.view + 1
+		if r.viewChanging {
+			r.votesFrom = r.view
+		}
+	}
 	for s, e := range r.log {
 		if s <= r.low {
 			delete(r.log, s)

@@ -130,8 +130,13 @@ type Replica struct {
 	chunkWaiting [][]*FetchChunk // per peer, chunk requests waiting for the next tick
 
 	// Output.
-	durable    []Record // to persist before out is sent (see persist.go)
-	deferred   []Record // to persist, whenever (see persist.go)
+	durable  []Record // to persist before out is sent (see persist.go)
+	deferred []Record // to persist, whenever (see persist.go)
+	// synced: a Ready of this replica had records to sync, or Recover
+	// found some. votesFrom: the first view in which it may pre-prepare
+	// and prepare, above the view Recover found it in (see lazyVotes).
+	synced     bool
+	votesFrom  uint64
 	out        []Envelope
 	committed  []Committed
 	lastStable uint64 // Stable reported in the last Ready
@@ -188,14 +193,18 @@ type Ready struct {
 	// view this replica moved to (its view change) or entered (the new
 	// view), the pre-prepares it accepted, with their batches, the votes
 	// it sent and the prepares of the certificates it formed. Empty
-	// without Config.Persist.
+	// without Config.Persist. When a Ready's only such records are
+	// pre-prepares and this replica's own prepares in its current view,
+	// they come in Deferred instead: they must be durable before the
+	// slot's commit is sent, not before they are (see lazyVotes).
 	Persist []Record
-	// Deferred lists the slots that committed here (RecCommitted): to
-	// persist after Persist's records and no later than the next
-	// Ready's, in the same sync, but they need not be durable before
-	// Messages are sent: the driver may keep them and write them with a
-	// later Persist, and a crash may lose those not synced yet (see
-	// RecCommitted and RecCheckpoint). Empty without Config.Persist, and
+	// Deferred lists the slots that committed here (RecCommitted), and
+	// votes that need no sync yet (see Persist): to persist after
+	// Persist's records and no later than the next Ready's, in the same
+	// sync, but they need not be durable before Messages are sent: the
+	// driver may keep them and write them with a later Persist, and a
+	// crash may lose those not synced yet (see RecCommitted,
+	// RecCheckpoint and lazyVotes). Empty without Config.Persist, and
 	// when Snapshot is set (it holds them).
 	Deferred []Record
 	// Snapshot, set when the stable checkpoint moved (only with

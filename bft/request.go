@@ -304,7 +304,7 @@ func (r *Replica) tickRequestTimer() bool {
 // MaxInFlight batches outstanding it proposes whatever it holds at once;
 // beyond that it waits for a full batch, or for force (the batch timer).
 func (r *Replica) propose(force bool) {
-	if r.viewChanging || r.installing || !r.isPrimary() {
+	if r.viewChanging || r.installing || !r.isPrimary() || r.view < r.votesFrom {
 		return
 	}
 	for {
