@@ -115,14 +115,8 @@ func acceptAll(ln anytransport.Listener, sel *selector.Selector) error {
 // paused until the connection is writable again: a client that does not
 // read makes the server stop reading, not queue without bound.
 func echoReady(k *selectionkey.Key, c anytransport.Conn) error {
-	if b, ok := k.Attachment().(*bufpool.Buffer); ok && k.IsWritable() {
-		if err := c.Send(b); errors.Is(err, channel.ErrWouldBlock) {
-			return nil
-		} else if err != nil {
-			return err
-		}
-		k.Attach(nil)
-		if err := k.SetInterest(selectionkey.OpRead); err != nil {
+	if k.IsWritable() {
+		if sent, err := sendHeld(k, c); err != nil || !sent {
 			return err
 		}
 	}
@@ -144,14 +138,13 @@ func echoReady(k *selectionkey.Key, c anytransport.Conn) error {
 				k.Attach(nil)
 			}
 		} else if bytes.Equal(b.Bytes(), onewayBegin) {
-			reply = nil
-			b.Release()
+			accept(b)
 			k.Attach(&onewayCount{})
 		}
 		if reply == nil {
 			// counted: nothing goes back
 		} else if err := c.Send(reply); errors.Is(err, channel.ErrWouldBlock) {
-			k.Attach(reply)
+			hold(k, reply)
 			return k.SetInterest(selectionkey.OpWrite)
 		} else if err != nil {
 			return err
@@ -163,12 +156,53 @@ func echoReady(k *selectionkey.Key, c anytransport.Conn) error {
 	return nil
 }
 
+// hold keeps reply, which Send could not take, until the connection is
+// writable: in the count of a one-way stream, which must go on counting,
+// or else as the key's attachment.
+func hold(k *selectionkey.Key, reply *bufpool.Buffer) {
+	if ow, ok := k.Attachment().(*onewayCount); ok {
+		ow.pending = reply
+		return
+	}
+	k.Attach(reply)
+}
+
+// sendHeld sends the reply that hold kept, if any, and then has the
+// connection read again; it reports false if Send still cannot take it.
+func sendHeld(k *selectionkey.Key, c anytransport.Conn) (bool, error) {
+	var b *bufpool.Buffer
+	ow, counting := k.Attachment().(*onewayCount)
+	if counting {
+		b = ow.pending
+	} else if a, ok := k.Attachment().(*bufpool.Buffer); ok {
+		b = a
+	}
+	if b == nil {
+		return true, nil
+	}
+	if err := c.Send(b); errors.Is(err, channel.ErrWouldBlock) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	if counting {
+		ow.pending = nil
+	} else {
+		k.Attach(nil)
+	}
+	return true, k.SetInterest(selectionkey.OpRead)
+}
+
 // closeAll closes every channel registered with sel, then sel.
 func closeAll(sel *selector.Selector) {
 	for _, k := range sel.Keys() {
 		switch a := k.Attachment().(type) {
 		case *bufpool.Buffer:
 			a.Release()
+		case *onewayCount:
+			if a.pending != nil {
+				a.pending.Release()
+			}
 		case *clientConn:
 			if a.pending != nil {
 				a.pending.Release()
@@ -273,13 +307,14 @@ func (cc *clientConn) step(k *selectionkey.Key, cfg clientConfig, rec *recorder)
 		}
 	}
 	if cfg.oneway {
-		if err := cc.stream(k, cfg, rec); err != nil {
-			return false, err
+		// Read whatever came, in every phase: a message left unread
+		// would have the next select return at once, and the next.
+		if k.IsReadable() {
+			if done, err := cc.receive(cfg, rec); done || err != nil {
+				return done, err
+			}
 		}
-		if !k.IsReadable() {
-			return false, nil
-		}
-		return cc.confirm(cfg, rec)
+		return false, cc.stream(k, cfg, rec)
 	}
 	if k.IsReadable() {
 		for cc.count > 0 {

@@ -40,7 +40,11 @@
 //
 // With -oneway (api channel) the client streams its messages one way, as
 // fast as each connection takes them, and the server only counts them;
-// at the end the server sends back its count, which the client checks. The
+// at the end the server sends back its count, which the client checks.
+// The client asks for the stream first and sends nothing more until the
+// server has accepted it: a server started with -api conn or gonet, which
+// only echo, sends the request back, and the client fails at once with an
+// error saying that -oneway needs a server started with -api channel. The
 // measured phase ends when the last total arrives; msgs_per_s and MBps are
 // then comparable with ib_send_bw's, and the line has oneway=1. The
 // latency fields mean nothing then: every message is recorded as taking

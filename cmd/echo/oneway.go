@@ -15,22 +15,45 @@ import (
 // A one-way stream (echo client -oneway, channel api) measures throughput
 // the way ib_send_bw does: the client sends its messages without waiting
 // for echoes, and the server only counts them. A stream is framed by two
-// marker messages: onewayBegin switches the server's connection from
-// echoing to counting, and onewayEnd asks for the total, which the server
-// sends back as one onewayTotalLen-byte message: the messages counted and
-// their payload bytes, two little-endian 64-bit words. Markers are never
-// counted; a data message equal to a marker is not possible, since every
-// data message carries its sequence number's pattern (payload.go).
+// marker messages: onewayBegin asks the server to switch the connection
+// from echoing to counting, which it confirms with onewayAccept before
+// the client sends any data; onewayEnd asks for the total, which the
+// server sends back as one onewayTotalLen-byte message: the messages
+// counted and their payload bytes, two little-endian 64-bit words.
+// Markers are never counted; a data message equal to a marker is not
+// possible, since every data message carries its sequence number's
+// pattern (payload.go).
+//
+// The confirmation is how client and server agree on the mode: a server
+// of an api without a one-way mode echoes onewayBegin back, and the client
+// refuses to stream into it (errOnewayEchoed) instead of waiting for a
+// total that never comes. Nothing else may arrive during a stream: the
+// client takes whatever does and fails, so that a readable connection
+// never stays selected without being read.
 var (
-	onewayBegin = []byte("rubin echo: a one-way stream begins")
-	onewayEnd   = []byte("rubin echo: the one-way stream ends")
+	onewayBegin  = []byte("rubin echo: a one-way stream begins")
+	onewayAccept = []byte("rubin echo: counting the one-way stream")
+	onewayEnd    = []byte("rubin echo: the one-way stream ends")
 )
+
+// errOnewayEchoed is a one-way client's error when the server echoed its
+// request to stream back: it serves an api that only echoes.
+var errOnewayEchoed = errors.New("the server echoed the request for a one-way stream back instead of accepting it: " +
+	"it runs an api without a one-way mode (conn or gonet); -oneway needs a server started with -api channel")
 
 const onewayTotalLen = 16
 
 // onewayCount is a server connection's count while it streams one way;
 // it is the connection's key attachment.
-type onewayCount struct{ msgs, bytes uint64 }
+type onewayCount struct {
+	msgs, bytes uint64
+	pending     *bufpool.Buffer // the acceptance, while Send cannot take it
+}
+
+// accept turns b, the begin marker, into the acceptance to send back.
+func accept(b *bufpool.Buffer) {
+	b.SetLen(copy(b.Full(), onewayAccept))
+}
 
 // take counts b and releases it, unless b is the end marker: then it
 // writes the total into b and reports true; b is the reply to send.
@@ -50,10 +73,11 @@ func (ow *onewayCount) take(b *bufpool.Buffer) bool {
 
 // The phases of a client connection's one-way stream.
 const (
-	streamBegin   = iota // the begin marker is still to be sent
-	streamData           // sending data messages
-	streamEnd            // the end marker is still to be sent
-	streamWaiting        // waiting for the total
+	streamBegin     = iota // the begin marker is still to be sent
+	streamAccepting        // waiting for the server to accept the stream
+	streamData             // sending data messages
+	streamEnd              // the end marker is still to be sent
+	streamWaiting          // waiting for the total
 	streamDone
 )
 
@@ -75,7 +99,7 @@ func (cc *clientConn) stream(k *selectionkey.Key, cfg clientConfig, rec *recorde
 	for cc.pending == nil {
 		switch ow.phase {
 		case streamBegin:
-			ow.phase = streamData
+			ow.phase = streamAccepting
 			if err := cc.sendBytes(k, onewayBegin); err != nil {
 				return err
 			}
@@ -119,21 +143,42 @@ func (cc *clientConn) sendBytes(k *selectionkey.Key, p []byte) error {
 	return cc.send(k, b)
 }
 
-// confirm reads the server's total, checks it against what was sent and
-// records the last message; it reports whether the stream is done.
-func (cc *clientConn) confirm(cfg clientConfig, rec *recorder) (bool, error) {
+// receive takes a message the server sent on a one-way stream: its
+// acceptance, then the total. Anything else, or the end of the
+// connection, fails the stream. It reports whether the stream is done.
+func (cc *clientConn) receive(cfg clientConfig, rec *recorder) (bool, error) {
 	ow := &cc.ow
-	if ow.phase != streamWaiting {
-		return false, nil
-	}
 	b, err := cc.c.Receive()
 	if errors.Is(err, channel.ErrWouldBlock) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("receive the one-way total: %w", err)
+		if ow.phase == streamAccepting {
+			return false, fmt.Errorf("the server closed the connection instead of accepting a one-way stream (is it running with -api channel?): %w", err)
+		}
+		return false, fmt.Errorf("receive on the one-way stream: %w", err)
 	}
 	defer b.Release()
+	switch ow.phase {
+	case streamAccepting:
+		switch {
+		case bytes.Equal(b.Bytes(), onewayAccept):
+			ow.phase = streamData
+			return false, nil
+		case bytes.Equal(b.Bytes(), onewayBegin):
+			return false, errOnewayEchoed
+		}
+		return false, fmt.Errorf("the server answered the request for a one-way stream with %d bytes that do not accept it: is it running with -api channel?", b.Len())
+	case streamWaiting:
+		return cc.confirm(b, cfg, rec)
+	}
+	return false, fmt.Errorf("the server sent a %d-byte message in the middle of the one-way stream", b.Len())
+}
+
+// confirm checks b, the server's total, against what was sent and records
+// the last message.
+func (cc *clientConn) confirm(b *bufpool.Buffer, cfg clientConfig, rec *recorder) (bool, error) {
+	ow := &cc.ow
 	if b.Len() != onewayTotalLen {
 		return false, fmt.Errorf("one-way total of %d bytes, want %d", b.Len(), onewayTotalLen)
 	}
