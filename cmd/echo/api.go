@@ -86,6 +86,10 @@ type clientConfig struct {
 	depth   int           // messages in flight per connection
 	spin    time.Duration // the busy-poll budget, if the api honours one
 	oneway  bool          // stream one way (-oneway); only apis with oneway set
+	// replyTimeout is -reply-timeout: runClient, not the api, cancels
+	// the client once no message has been recorded for this long; zero
+	// waits without limit.
+	replyTimeout time.Duration
 }
 
 // apis holds the registered apis by name. It is written only by init

@@ -172,6 +172,8 @@ func demoAPI(ctx context.Context, name string, a api, network string, cfg demoCo
 			size:    r.size,
 			conns:   1,
 			depth:   1,
+
+			replyTimeout: defaultReplyTimeout,
 		}
 		// No progress lines: the rows are the demo's progress. No costs:
 		// the demo shows none, and counting system calls slows them.

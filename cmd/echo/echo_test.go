@@ -364,6 +364,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"client", "-api", "gonet", "-addr", "127.0.0.1:1", "-conns", "0"}, "-conns 0"},
 		{[]string{"client", "-api", "gonet", "-addr", "127.0.0.1:1", "-depth", "0"}, "-depth 0"},
 		{[]string{"client", "-api", "gonet", "-addr", "127.0.0.1:1", "-warmup", "-1"}, `invalid value "-1" for flag -warmup`},
+		{[]string{"client", "-api", "gonet", "-addr", "127.0.0.1:1", "-reply-timeout", "-1s"}, "-reply-timeout -1s is negative"},
 		{[]string{"client", "-api", "nosuch", "-addr", "127.0.0.1:1"}, `unknown api "nosuch"`},
 		{[]string{"server", "-api", "nosuch"}, `unknown api "nosuch"`},
 		{[]string{"server", "-api", "gonet", "-spin", "-1s"}, "-spin -1s is negative"},

@@ -4,7 +4,7 @@
 // Usage:
 //
 //	echo server -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT [-spin DURATION] [-metrics-addr ADDR]
-//	echo client -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT -size BYTES -n COUNT -conns N [-depth D] [-warmup W] [-spin DURATION] [-oneway] [-syscalls=false]
+//	echo client -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT -size BYTES -n COUNT -conns N [-depth D] [-warmup W] [-spin DURATION] [-oneway] [-reply-timeout DURATION] [-syscalls=false]
 //	echo demo [-rdma IP] [-quick]
 //	echo
 //
@@ -37,6 +37,12 @@
 // system calls, every system call on the machine takes the kernel's
 // traced path, which costs a little more: -syscalls=false, for a run that
 // measures latency, leaves them uncounted.
+//
+// A client gives up when no reply has come for -reply-timeout (5s by
+// default; 0 waits without limit): it fails with "no reply from ADDR in
+// 5s", asking whether the server runs with the same -api and -oneway. A
+// server of another mode or api, or one that stopped answering, thus ends
+// the run with an error, never a hang.
 //
 // With -oneway (api channel) the client streams its messages one way, as
 // fast as each connection takes them, and the server only counts them;
@@ -81,6 +87,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -111,7 +118,7 @@ const maxSize = 64 << 20
 
 const usageText = `usage:
   echo server -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT [-spin DURATION] [-metrics-addr ADDR]
-  echo client -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT -size BYTES -n COUNT -conns N [-depth D] [-warmup W] [-spin DURATION] [-oneway] [-syscalls=false]
+  echo client -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT -size BYTES -n COUNT -conns N [-depth D] [-warmup W] [-spin DURATION] [-oneway] [-reply-timeout DURATION] [-syscalls=false]
   echo demo [-rdma IP] [-quick]
   echo          (no arguments: the demo over 127.0.0.1)
 `
@@ -293,14 +300,19 @@ func runServerCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 
 // clientFlags are the flags of the client beyond the common ones.
 type clientFlags struct {
-	size     int
-	n        int
-	conns    int
-	depth    int
-	warmup   int // -1 until set
-	oneway   bool
-	syscalls bool
+	size         int
+	n            int
+	conns        int
+	depth        int
+	warmup       int // -1 until set
+	oneway       bool
+	replyTimeout time.Duration
+	syscalls     bool
 }
+
+// defaultReplyTimeout is how long a client waits for a reply, by
+// default, before it gives up on the server.
+const defaultReplyTimeout = 5 * time.Second
 
 func runClientCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("client", stderr)
@@ -312,6 +324,7 @@ func runClientCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.IntVar(&cf.conns, "conns", 1, "connections")
 	fs.IntVar(&cf.depth, "depth", 1, "messages in flight per connection")
 	fs.BoolVar(&cf.oneway, "oneway", false, "stream messages one way, as fast as the connection takes them; the server counts them and confirms the total (api channel)")
+	fs.DurationVar(&cf.replyTimeout, "reply-timeout", defaultReplyTimeout, "give up when no reply has come for this long (0: wait without limit)")
 	fs.BoolVar(&cf.syscalls, "syscalls", true, "count the client's system calls (on Linux, with tracefs, as root); while counted, every system call takes longer")
 	cf.warmup = -1 // unset: derived from -n by check
 	fs.Func("warmup", "`count` of unmeasured messages sent first (default min(1000, n/10))", func(s string) error {
@@ -348,6 +361,8 @@ func runClientCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 		depth:   cf.depth,
 		spin:    common.effectiveSpin(a, stderr),
 		oneway:  cf.oneway,
+
+		replyTimeout: cf.replyTimeout,
 	}
 	meter := cost.Open(cost.Config{Syscalls: cf.syscalls})
 	defer meter.Close()
@@ -374,6 +389,8 @@ func (cf *clientFlags) check() error {
 		return fmt.Errorf("%w: -conns %d is not positive", errUsage, cf.conns)
 	case cf.depth < 1:
 		return fmt.Errorf("%w: -depth %d is not positive", errUsage, cf.depth)
+	case cf.replyTimeout < 0:
+		return fmt.Errorf("%w: -reply-timeout %v is negative", errUsage, cf.replyTimeout)
 	}
 	if cf.warmup == -1 {
 		cf.warmup = defaultWarmup(cf.n)
@@ -394,18 +411,28 @@ const (
 
 // runClient runs a's client with n measured messages after warmup ones,
 // printing progress on stderr, and summarizes the run, with what the
-// measured phase cost by meter if it is not nil.
+// measured phase cost by meter if it is not nil. It cancels the client
+// with an error naming the server once cfg.replyTimeout passes without a
+// message recorded.
 func runClient(ctx context.Context, a api, cfg clientConfig, n, warmup int, meter *cost.Meter, stderr io.Writer) (summary, error) {
 	rec := newRecorder(n, warmup, meter)
-	progressCtx, stopProgress := context.WithCancel(ctx)
-	progressDone := make(chan struct{})
-	go func() {
-		defer close(progressDone)
-		rec.reportProgress(progressCtx, stderr, progressInterval, progressQuiet)
-	}()
+	ctx, giveUp := context.WithCancelCause(ctx)
+	defer giveUp(nil)
+	watchCtx, stopWatching := context.WithCancel(ctx)
+	var watchers sync.WaitGroup
+	watchers.Go(func() {
+		rec.reportProgress(watchCtx, stderr, progressInterval, progressQuiet)
+	})
+	if cfg.replyTimeout > 0 {
+		watchers.Go(func() {
+			if rec.awaitStall(watchCtx, cfg.replyTimeout) {
+				giveUp(fmt.Errorf("no reply from %s in %v: is the server running with the same -api/-oneway?", cfg.addr, cfg.replyTimeout))
+			}
+		})
+	}
 	err := a.client(ctx, cfg, rec)
-	stopProgress()
-	<-progressDone
+	stopWatching()
+	watchers.Wait()
 	if err != nil {
 		return summary{}, err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -13,8 +14,9 @@ import (
 	"github.com/rubin-go/rubin/internal/cost"
 )
 
-// A client whose server does not speak its mode or api must fail with an
-// error that says so, soon, and must not burn a CPU meanwhile. Every run here has a context deadline well
+// A client whose server does not speak its mode or api, or stops
+// answering, must fail with an error that says so, soon, and must not
+// burn a CPU while it waits. Every run here has a context deadline well
 // above the time allowed, so that a client that hangs fails the test
 // instead of hanging the suite.
 
@@ -58,6 +60,77 @@ func TestOnewayAgainstEchoServer(t *testing.T) {
 				t.Errorf("the client took %v to give up", took.Round(time.Millisecond))
 			}
 		})
+	}
+}
+
+// stallingServer listens on loopback and, on every connection, echoes the
+// first echoBytes bytes it reads, then reads and drops the rest without
+// answering. It returns its address.
+func stallingServer(t *testing.T, echoBytes int64) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				io.CopyN(c, c, echoBytes)
+				io.Copy(io.Discard, c)
+			})
+		}
+	})
+	return ln.Addr().String()
+}
+
+// TestClientGivesUpWithoutReplies runs every client against a server that
+// never answers, and against one that answers for a while and then stops:
+// each client must fail soon after -reply-timeout with an error that
+// names the server, having slept, not spun, while it waited.
+func TestClientGivesUpWithoutReplies(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	clients := [][]string{{"-api", "gonet"}, {"-api", "conn"}, {"-api", "channel"}, {"-api", "channel", "-oneway"}}
+	for _, echoBytes := range []int64{0, 50 << 10} {
+		addr := stallingServer(t, echoBytes)
+		for _, c := range clients {
+			name := strings.Join(c, " ")
+			if echoBytes > 0 {
+				if c[len(c)-1] == "-oneway" {
+					continue // an echoed request to stream is refused at once
+				}
+				name += " after a while"
+			}
+			t.Run(name, func(t *testing.T) {
+				args := append([]string{"client", "-addr", addr, "-size", "1000", "-n", "1000", "-warmup", "0",
+					"-reply-timeout", timeout.String(), "-syscalls=false"}, c...)
+				code, stderr, took, cpu := runBounded(t, 10*time.Second, args...)
+				if code != exitFailure {
+					t.Errorf("exit status %d, want %d", code, exitFailure)
+				}
+				want := "no reply from " + addr + " in " + timeout.String()
+				if !strings.Contains(stderr, want) || !strings.Contains(stderr, "-api") {
+					t.Errorf("stderr %q does not say %q and ask about -api", stderr, want)
+				}
+				if took < timeout || took > timeout+2*time.Second {
+					t.Errorf("the client gave up after %v, want soon after %v", took.Round(time.Millisecond), timeout)
+				}
+				// A client that spins while it waits spends a CPU's worth
+				// of time; one that sleeps spends next to nothing.
+				if cpu > took/4 {
+					t.Errorf("the client spent %v of CPU in %v of waiting", cpu.Round(time.Millisecond), took.Round(time.Millisecond))
+				}
+			})
+		}
 	}
 }
 

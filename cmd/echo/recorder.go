@@ -151,3 +151,26 @@ func (r *recorder) reportProgress(ctx context.Context, w io.Writer, interval, qu
 		}
 	}
 }
+
+// awaitStall waits until no message has been recorded for timeout, and
+// then reports true, or until ctx is done, and then reports false. It
+// looks at the count a few times per timeout, so it notices a stall
+// within a quarter of timeout after it begins, and costs the messages
+// nothing.
+func (r *recorder) awaitStall(ctx context.Context, timeout time.Duration) bool {
+	t := time.NewTicker(max(timeout/4, time.Millisecond))
+	defer t.Stop()
+	last, lastAt := r.recorded.Load(), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case now := <-t.C:
+			if done := r.recorded.Load(); done != last {
+				last, lastAt = done, now
+			} else if now.Sub(lastAt) >= timeout {
+				return true
+			}
+		}
+	}
+}
