@@ -223,6 +223,7 @@ type clientConn struct {
 	count    int
 	pending  *bufpool.Buffer // a message Send could not take yet
 	done     bool            // the recorder has no more messages for it
+	echoed   bool            // an echo has come
 	ow       oneway          // with -oneway
 }
 
@@ -323,8 +324,9 @@ func (cc *clientConn) step(k *selectionkey.Key, cfg clientConfig, rec *recorder)
 				break
 			}
 			if err != nil {
-				return false, fmt.Errorf("receive echo: %w", err)
+				return false, fmt.Errorf("receive echo: %w", echoError(err, cc.echoed))
 			}
+			cc.echoed = true
 			m := cc.inFlight[cc.head]
 			rtt := time.Since(m.start)
 			if b.Len() != cfg.size {

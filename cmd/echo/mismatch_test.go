@@ -63,6 +63,27 @@ func TestOnewayAgainstEchoServer(t *testing.T) {
 	}
 }
 
+// TestGoNetClientAgainstMessageServer runs the gonet client, which sends
+// bare bytes, against the servers that take messages: they hang up on
+// it, and the client must say that the apis may differ.
+func TestGoNetClientAgainstMessageServer(t *testing.T) {
+	for _, name := range []string{"conn", "channel"} {
+		t.Run(name, func(t *testing.T) {
+			addr, _ := startServer(t, "-api", name)
+			for _, depth := range []string{"1", "4"} {
+				code, stderr, took, _ := runBounded(t, 10*time.Second, "client", "-api", baselineAPI,
+					"-addr", addr, "-depth", depth, "-syscalls=false")
+				if code != exitFailure || !strings.Contains(stderr, "same -api") {
+					t.Errorf("depth %s: exit status %d, stderr %q; want %d and a question about -api", depth, code, stderr, exitFailure)
+				}
+				if took > 3*time.Second {
+					t.Errorf("depth %s: the client took %v to give up", depth, took.Round(time.Millisecond))
+				}
+			}
+		})
+	}
+}
+
 // stallingServer listens on loopback and, on every connection, echoes the
 // first echoBytes bytes it reads, then reads and drops the rest without
 // answering. It returns its address.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -225,6 +226,7 @@ func runNetConnClient(ctx context.Context, cfg clientConfig, rec *recorder, dial
 // reusing one buffer for the payload and its echo.
 func pingPong(c net.Conn, size int, rec *recorder) error {
 	buf := make([]byte, size)
+	echoed := false
 	for {
 		seq, ok := rec.Next()
 		if !ok {
@@ -236,14 +238,26 @@ func pingPong(c net.Conn, size int, rec *recorder) error {
 			return fmt.Errorf("message %d: write: %w", seq, err)
 		}
 		if _, err := io.ReadFull(c, buf); err != nil {
-			return fmt.Errorf("message %d: read echo: %w", seq, err)
+			return fmt.Errorf("message %d: read echo: %w", seq, echoError(err, echoed))
 		}
+		echoed = true
 		rtt := time.Since(start)
 		if err := checkPayload(buf, seq); err != nil {
 			return err
 		}
 		rec.Record(seq, rtt)
 	}
+}
+
+// echoError returns err, the failure to read an echo, saying what a
+// connection that ends before its first echo most likely means: the
+// server does not speak the client's protocol (gonet's bytes are not the
+// messages of conn and channel), and hung up on it.
+func echoError(err error, echoed bool) error {
+	if echoed || !(errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)) {
+		return err
+	}
+	return fmt.Errorf("the server hung up before its first echo (is it running with the same -api/-oneway?): %w", err)
 }
 
 // inFlight describes a message that has been sent and not yet echoed.
@@ -296,13 +310,14 @@ func pipeline(ctx context.Context, c net.Conn, size, depth int, rec *recorder) e
 	})
 
 	buf := make([]byte, size)
-	failed := false
+	failed, echoed := false, false
 	for m := range sent {
 		if !failed {
 			if _, err := io.ReadFull(c, buf); err != nil {
-				fail(fmt.Errorf("message %d: read echo: %w", m.seq, err))
+				fail(fmt.Errorf("message %d: read echo: %w", m.seq, echoError(err, echoed)))
 				failed = true
 			} else {
+				echoed = true
 				rtt := time.Since(m.start)
 				if err := checkPayload(buf, m.seq); err != nil {
 					fail(err)
