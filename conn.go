@@ -140,8 +140,16 @@ func (c *conn) pump(k *selectionkey.Key) {
 		// Receive under mu: Read receives too when the inbox is empty,
 		// and messages must reach it in order.
 		c.mu.Lock()
-		if c.count == inboxSize || c.rerr != nil {
-			if c.count == inboxSize && !c.paused {
+		if c.rerr != nil {
+			// Read met the error first, taking the message from the
+			// channel itself: stop watching, or the error, which stays
+			// readable, would have the key selected on every pass.
+			_ = k.RemoveInterest(selectionkey.OpRead)
+			c.mu.Unlock()
+			break
+		}
+		if c.count == inboxSize {
+			if !c.paused {
 				c.paused = true
 				_ = k.RemoveInterest(selectionkey.OpRead)
 			}

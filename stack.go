@@ -206,6 +206,12 @@ func newStack(cfg Config, g *guard) (*stack, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newStackOn(cfg, g, tr)
+}
+
+// newStackOn is newStack over the transport tr, which it closes if it
+// fails.
+func newStackOn(cfg Config, g *guard, tr anytransport.Transport) (*stack, error) {
 	s := &stack{cfg: cfg, g: g, tr: tr}
 	// Unless the budget is fixed, the pollers sleep at once. A Read that
 	// waits over RDMA polls the device itself (conn.Read), and a poller
