@@ -251,6 +251,9 @@ func runChannelClient(ctx context.Context, cfg clientConfig, rec *recorder) erro
 	for i := range cfg.conns {
 		c, err := tr.Connect(ctx, cfg.addr)
 		if err != nil {
+			if ctx.Err() != nil {
+				return context.Cause(ctx) // why the connect was stopped
+			}
 			return fmt.Errorf("connection %d: %w", i, err)
 		}
 		cc := &clientConn{id: i, c: c, inFlight: make([]inFlight, cfg.depth)}

@@ -188,6 +188,9 @@ func runNetConnClient(ctx context.Context, cfg clientConfig, rec *recorder, dial
 	for i := range cfg.conns {
 		c, err := dial(ctx, cfg.network, cfg.addr)
 		if err != nil {
+			if ctx.Err() != nil {
+				return context.Cause(ctx) // why the dial was stopped
+			}
 			return fmt.Errorf("connection %d: dial: %w", i, err)
 		}
 		conns = append(conns, c)
