@@ -14,7 +14,8 @@
 # (scripts/rdma-test.sh; no RDMA hardware needed), a short fuzz pass over
 # every Fuzz target, and quick passes of the benchmark runners: echo, RDMA
 # (scripts/rdma-bench.sh, in another VM), BFT (scripts/bft-bench.sh, on
-# the host and in a third VM) and the coordination service
+# the host and in a third VM, and scripts/bft-profile.sh, the CPU a
+# request costs by kind) and the coordination service
 # (scripts/coord-bench.sh, against Apache ZooKeeper on the host, over RDMA
 # and TCP in a fourth VM), so that none rots.
 # Every check runs even if an earlier one fails; the exit status is
@@ -157,6 +158,7 @@ check "fuzz ($fuzztime per target)" fuzz
 check "echo benchmark, quick" go run ./benchmarks/echobench -quick
 check "RDMA benchmark in a Soft-RoCE VM, quick" bash scripts/rdma-bench.sh -quick
 check "BFT benchmark on the host and in a Soft-RoCE VM, quick" bash scripts/bft-bench.sh -quick
+check "BFT per-request budget, quick" bash scripts/bft-profile.sh -seconds 1
 check "coordination service against Apache ZooKeeper, quick" bash scripts/coord-bench.sh -quick
 
 section "summary"
