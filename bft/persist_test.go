@@ -53,7 +53,6 @@ func (s *solo) prePrepare(seq uint64, op string) *bft.PrePrepare {
 	s.keys.SignRequest(&req)
 	pp := &bft.PrePrepare{View: 0, Seq: seq, Time: uint64(time.Now().UnixNano()), Batch: []bft.Request{req}}
 	pp.Digest = bft.BatchDigest(pp.Time, pp.Batch)
-	pp.Sig = s.keys.MAC(0, pp)
 	return pp
 }
 
