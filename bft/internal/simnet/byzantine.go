@@ -36,7 +36,17 @@ type Adversary struct {
 	// pre-prepare per (view, seq), so every backup gets the same one.
 	oldReqs  []bft.Request
 	reissued map[[2]uint64]*bft.PrePrepare
+	// Batches its view changes claimed without their having been
+	// proposed, by digest, to answer fetches with (ServeFakes).
+	fakes map[bft.Digest]*bft.Batch
+	// Undecided counts the new views it sent from view changes that do
+	// not decide every slot (LieUndecidingNewView).
+	undecided int
 }
+
+// Undecided reports how many new views the adversary sent from view
+// changes that do not decide every slot.
+func (a *Adversary) Undecided() int { return a.undecided }
 
 // Behavior rewrites one envelope a Byzantine replica is about to send.
 type Behavior func(a *Adversary, e bft.Envelope) []bft.Envelope
@@ -421,25 +431,87 @@ func Replay(p float64) func(a *Adversary) {
 // that set decides some sequence number neither way, which backups must
 // refuse), or whose pre-prepares do not follow from their view changes.
 func LieInViewChange() Behavior {
+	return Lies()
+}
+
+// Lie is one of the lies of LieInViewChange.
+type Lie int
+
+const (
+	// LieFakePrepared: a P claim, with a Q claim to match, of the highest
+	// view a view change may name, for a batch nobody proposed (of a
+	// colluding client, validly authenticated, which ServeFakes hands
+	// out), at the first slot above what it executed or at a slot it
+	// prepared. Every adversary makes the same batch for a slot, so
+	// several colluding liars support one another's claims.
+	LieFakePrepared Lie = iota + 1
+	// LieRaisedPrepared: every batch it accepted claimed prepared in the
+	// highest view.
+	LieRaisedPrepared
+	// LieFakeAccepted: Q claims for batches nobody proposed.
+	LieFakeAccepted
+	// LieNoClaims: no P and no Q claims.
+	LieNoClaims
+	// LieCheckpoint: a stable checkpoint without a valid certificate.
+	LieCheckpoint
+	// LieFarView: a view far in the future.
+	LieFarView
+	// LieBadSignature: a bad signature on an honest view change.
+	LieBadSignature
+	// LieUndecidingNewView: as new primary, a new view from a quorum of
+	// its view changes that leaves a slot undecided (null there), if one
+	// does, or else from any other quorum: different provable new views
+	// to different backups.
+	LieUndecidingNewView
+	// LieWrongNewView: as new primary, a new view whose pre-prepares do
+	// not follow from its view changes: a batch replaced by the null one
+	// (or the null one by a batch nobody proposed), or an extra slot.
+	LieWrongNewView
+)
+
+// Lies is LieInViewChange restricted to the given lies (all of them if
+// none is given), picked at random per message and destination; a view
+// change is sent honestly now and then.
+func Lies(kinds ...Lie) Behavior {
+	var vcLies, nvLies []Lie
+	if len(kinds) == 0 {
+		kinds = []Lie{LieFakePrepared, LieRaisedPrepared, LieFakeAccepted, LieNoClaims, LieCheckpoint, LieFarView, LieBadSignature, LieUndecidingNewView, LieWrongNewView}
+	}
+	for _, k := range kinds {
+		if k == LieUndecidingNewView || k == LieWrongNewView {
+			nvLies = append(nvLies, k)
+		} else {
+			vcLies = append(vcLies, k)
+		}
+	}
 	return func(a *Adversary, e bft.Envelope) []bft.Envelope {
 		switch m := e.Msg.(type) {
 		case *bft.ViewChange:
-			lie := a.lieVC(m)
+			if len(vcLies) == 0 || a.Rand.IntN(len(vcLies)+1) == 0 {
+				return []bft.Envelope{e} // honest, to this destination
+			}
+			lie := a.lieVC(m, vcLies[a.Rand.IntN(len(vcLies))])
 			if lie == nil {
 				return []bft.Envelope{e}
 			}
 			return []bft.Envelope{{To: e.To, Msg: lie}}
 		case *bft.NewView:
-			if m.Replica != a.ID || a.Rand.IntN(4) == 0 {
+			if m.Replica != a.ID || len(nvLies) == 0 || a.Rand.IntN(4) == 0 {
 				return []bft.Envelope{e}
 			}
 			q := a.Net.N - (a.Net.N-1)/3
-			if len(m.ViewChanges) > q && a.Rand.IntN(2) == 0 {
-				// A new view built from a different quorum of view
-				// changes for each destination: different pre-prepares
-				// for one (view, seq), each provable, or a quorum that
-				// does not decide a slot.
-				return []bft.Envelope{{To: e.To, Msg: a.subsetNewView(m, q)}}
+			if nvLies[a.Rand.IntN(len(nvLies))] == LieUndecidingNewView {
+				if len(m.ViewChanges) > q && a.Rand.IntN(2) == 0 {
+					// A new view built from a different quorum of view
+					// changes for each destination: different
+					// pre-prepares for one (view, seq), each provable,
+					// or a quorum that does not decide a slot.
+					return []bft.Envelope{{To: e.To, Msg: a.subsetNewView(m, q)}}
+				}
+				if nv := a.undecidingNewView(m); nv != nil {
+					return []bft.Envelope{{To: e.To, Msg: nv}}
+				}
+				return []bft.Envelope{e}
 			}
 			c := *m
 			c.PrePrepares = append([]bft.PrePrepare(nil), m.PrePrepares...)
@@ -481,7 +553,7 @@ func (a *Adversary) evil() []bft.Request {
 	return []bft.Request{{Client: 1, Timestamp: 1 << 40, Op: []byte("evil"), Auth: make([]byte, a.Net.N*a.Net.MACSize())}}
 }
 
-func (a *Adversary) lieVC(vc *bft.ViewChange) *bft.ViewChange {
+func (a *Adversary) lieVC(vc *bft.ViewChange, kind Lie) *bft.ViewChange {
 	n := a.Net
 	K := n.Configs[a.ID].CheckpointInterval
 	if K == 0 {
@@ -489,14 +561,11 @@ func (a *Adversary) lieVC(vc *bft.ViewChange) *bft.ViewChange {
 	}
 	lie := *vc
 	top := vc.View - 1 // the highest view a claim may name
-	switch a.Rand.IntN(8) {
-	case 0:
-		return nil // honest, to this destination
-	case 1:
-		// A batch that never prepared, claimed prepared (and accepted)
-		// in the highest view it may claim: at the first slot no claim
-		// covers and this replica has not executed, where it could
-		// still bind, or displacing a prepared batch.
+	switch kind {
+	case LieFakePrepared:
+		// At the first slot no claim covers and this replica has not
+		// executed, where it could still bind, or displacing a batch it
+		// prepared (which may have committed).
 		seq := max(vc.StableSeq, n.Replicas[a.ID].Status().LastExecuted)
 		for _, c := range vc.Prepared {
 			seq = max(seq, c.Seq)
@@ -505,12 +574,10 @@ func (a *Adversary) lieVC(vc *bft.ViewChange) *bft.ViewChange {
 		if a.Rand.IntN(2) == 0 && len(vc.Prepared) > 0 {
 			seq = vc.Prepared[a.Rand.IntN(len(vc.Prepared))].Seq
 		}
-		fake := bft.Claim{View: top, Seq: seq, Digest: bft.BatchDigest(0, a.evil())}
+		fake := bft.Claim{View: top, Seq: seq, Digest: a.fakeBatch(seq, top)}
 		lie.Prepared = append(without(vc.Prepared, seq), fake)
 		lie.PrePrepared = append(append([]bft.Claim(nil), vc.PrePrepared...), fake)
-	case 2:
-		// Raise every batch it accepted to a P claim of the highest
-		// view: real digests, never prepared here in that view.
+	case LieRaisedPrepared:
 		lie.Prepared = nil
 		for _, c := range vc.PrePrepared {
 			lie.Prepared = append(lie.Prepared, bft.Claim{View: top, Seq: c.Seq, Digest: c.Digest})
@@ -519,9 +586,9 @@ func (a *Adversary) lieVC(vc *bft.ViewChange) *bft.ViewChange {
 		for i := range lie.PrePrepared {
 			lie.PrePrepared[i].View = top
 		}
-	case 3:
-		// Q claims for batches nobody proposed, in the highest view, at
-		// up to a window's worth of slots, crowding out its real ones.
+	case LieFakeAccepted:
+		// In the highest view, at up to 8 slots, crowding out its real
+		// ones.
 		lie.PrePrepared = nil
 		L := n.Configs[a.ID].WatermarkWindow
 		for s := vc.StableSeq + 1; s <= vc.StableSeq+min(L, 8); s++ {
@@ -529,12 +596,10 @@ func (a *Adversary) lieVC(vc *bft.ViewChange) *bft.ViewChange {
 				lie.PrePrepared = append(lie.PrePrepared, bft.Claim{View: top, Seq: s, Digest: a.randDigest()})
 			}
 		}
-	case 4:
-		// Nothing prepared, nothing accepted.
+	case LieNoClaims:
 		lie.Prepared, lie.PrePrepared = nil, nil
-	case 5:
-		// A stable checkpoint without a valid certificate: its own
-		// checkpoint and others' names.
+	case LieCheckpoint:
+		// Its own checkpoint and others' names.
 		s := vc.StableSeq + K
 		d := a.randDigest()
 		lie.StableSeq = s
@@ -544,18 +609,61 @@ func (a *Adversary) lieVC(vc *bft.ViewChange) *bft.ViewChange {
 			c.Sig = a.sign(&c)
 			lie.Stable = append(lie.Stable, c)
 		}
-	case 6:
-		// A view far in the future.
+	case LieFarView:
 		lie.View = vc.View + 1000 + uint64(a.Rand.IntN(1<<20))
-	case 7:
-		// A bad signature on an otherwise honest view change.
+	case LieBadSignature:
 		lie.Sig = append([]byte(nil), vc.Sig...)
 		lie.Sig[len(lie.Sig)-1] ^= 0x80
 		return &lie
+	default:
+		return nil
 	}
 	a.tidyClaims(&lie)
 	lie.Sig = a.sign(&lie)
 	return &lie
+}
+
+// fakeBatch makes the batch LieFakePrepared claims at seq in view v: a
+// request of a colluding client, validly authenticated, the same for
+// every adversary; it remembers it for ServeFakes and returns its digest.
+func (a *Adversary) fakeBatch(seq, v uint64) bft.Digest {
+	r := bft.Request{Client: 1<<30 + 1, Timestamp: seq<<20 | v&(1<<20-1), Op: []byte("fake-prepared")}
+	a.Net.SignRequest(&r)
+	b := &bft.Batch{Seq: seq, Requests: []bft.Request{r}}
+	b.Digest = bft.BatchDigest(0, b.Requests)
+	if a.fakes == nil {
+		a.fakes = make(map[bft.Digest]*bft.Batch)
+	}
+	if len(a.fakes) > 4*advRing {
+		clear(a.fakes)
+	}
+	a.fakes[b.Digest] = b
+	return b.Digest
+}
+
+// ServeFakes answers every batch fetch for a batch its view changes
+// claimed (LieFakePrepared) with that batch, which matches the digest:
+// were a new view ever to re-propose one, replicas would fetch and
+// execute it, and the checker would see two correct replicas disagree.
+func ServeFakes() func(a *Adversary) {
+	seen := 0
+	return func(a *Adversary) {
+		if a.nHeard-seen > advRing {
+			seen = a.nHeard - advRing
+		}
+		for ; seen < a.nHeard; seen++ {
+			p := a.heard[seen%advRing]
+			fb, ok := p.Msg.(*bft.FetchBatch)
+			if !ok || p.From.Client {
+				continue
+			}
+			if b := a.fakes[fb.Digest]; b != nil && b.Seq == fb.Seq {
+				c := *b
+				c.Replica = a.ID
+				a.Send(bft.ReplicaID(p.From.ID), &c)
+			}
+		}
+	}
 }
 
 // without returns the claims not for seq.
@@ -814,17 +922,65 @@ func (c *ClientAttack) replay() {
 	n.Send(bft.ToClient(r.Client), bft.Envelope{To: bft.ToReplica(bft.ReplicaID(to)), Msg: r})
 }
 
-// subsetNewView rebuilds nv from q of its view changes, chosen at random,
-// with the pre-prepares the new-view rule gives for them (Decide); for a
-// slot they do not decide, it proposes the null batch anyway, which
-// backups must refuse.
+// subsetNewView rebuilds nv from q of its view changes with the
+// pre-prepares the new-view rule gives for them (Decide): a quorum that
+// leaves some slot undecided if there is one (proposing the null batch
+// there, which backups must refuse), or else one chosen at random.
 func (a *Adversary) subsetNewView(nv *bft.NewView, q int) *bft.NewView {
+	f := (a.Net.N - 1) / 3
+	var vcs []bft.ViewChange
+	var pps []bft.PrePrepare
+	for try := 0; try < 8; try++ {
+		sub := append([]bft.ViewChange(nil), nv.ViewChanges...)
+		a.Rand.Shuffle(len(sub), func(i, j int) { sub[i], sub[j] = sub[j], sub[i] })
+		sub = sub[:q]
+		sortVCs(sub)
+		got, ok := Decide(nv.View, sub, f)
+		if vcs == nil || !ok {
+			vcs, pps = sub, got
+		}
+		if !ok {
+			a.undecided++
+			break
+		}
+	}
+	c := &bft.NewView{View: nv.View, ViewChanges: vcs, PrePrepares: pps, Replica: nv.Replica}
+	c.Sig = a.sign(c)
+	return c
+}
+
+// undecidingNewView rebuilds nv with its own view change replaced by one
+// that claims, in the highest view, to have prepared a batch nobody
+// proposed at the first slot above the new view's checkpoint: no other
+// view change supports it, so it fails A2, and it keeps 2f+1 view changes
+// from agreeing that nothing prepared there, so the slot is decided
+// neither way if the others do not decide it. The new view proposes the
+// null batch there anyway, which backups must refuse.
+func (a *Adversary) undecidingNewView(nv *bft.NewView) *bft.NewView {
 	vcs := append([]bft.ViewChange(nil), nv.ViewChanges...)
-	a.Rand.Shuffle(len(vcs), func(i, j int) { vcs[i], vcs[j] = vcs[j], vcs[i] })
-	vcs = vcs[:q]
-	sortVCs(vcs)
-	c := &bft.NewView{View: nv.View, ViewChanges: vcs, Replica: nv.Replica}
-	c.PrePrepares, _ = Decide(nv.View, vcs, (a.Net.N-1)/3)
+	var minS uint64
+	own := -1
+	for i := range vcs {
+		minS = max(minS, vcs[i].StableSeq)
+		if vcs[i].Replica == a.ID {
+			own = i
+		}
+	}
+	if own < 0 {
+		return nil
+	}
+	lie := vcs[own]
+	seq := max(minS, lie.StableSeq) + 1
+	fake := bft.Claim{View: lie.View - 1, Seq: seq, Digest: a.fakeBatch(seq, lie.View-1)}
+	lie.Prepared = append(without(lie.Prepared, seq), fake)
+	a.tidyClaims(&lie)
+	lie.Sig = a.sign(&lie)
+	vcs[own] = lie
+	pps, ok := Decide(nv.View, vcs, (a.Net.N-1)/3)
+	if !ok {
+		a.undecided++
+	}
+	c := &bft.NewView{View: nv.View, ViewChanges: vcs, PrePrepares: pps, Replica: nv.Replica}
 	c.Sig = a.sign(c)
 	return c
 }
@@ -905,3 +1061,7 @@ func sortVCs(vcs []bft.ViewChange) {
 		}
 	}
 }
+
+// Adversary returns the adversary controlling replica id, or nil if it
+// is correct.
+func (n *Net) Adversary(id bft.ReplicaID) *Adversary { return n.adv[id] }
