@@ -1,6 +1,7 @@
 package bft_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
@@ -199,4 +200,45 @@ func TestViewChangeVerifiedOnce(t *testing.T) {
 		t.Fatal("no view change was verified")
 	}
 	t.Logf("%d view-change verifications", total)
+}
+
+// A view change whose claims are malformed is refused whole
+// (ErrInvalid): claims of its own view or later, outside the window above
+// its checkpoint, P claims repeated or out of order, Q claims out of
+// order, repeating a digest or more than MaxPrePrepared for a sequence
+// number. The same claims, well formed, are taken.
+func TestViewChangeClaimsForm(t *testing.T) {
+	d := func(i int) bft.Digest { return bft.BatchDigest(uint64(i), nil) }
+	bad := map[string]bft.ViewChange{
+		"P of its view":       {Prepared: []bft.Claim{{View: 2, Seq: 1, Digest: d(1)}}},
+		"Q of a later view":   {PrePrepared: []bft.Claim{{View: 3, Seq: 1, Digest: d(1)}}},
+		"P at the checkpoint": {Prepared: []bft.Claim{{View: 1, Seq: 0, Digest: d(1)}}},
+		"Q beyond L":          {PrePrepared: []bft.Claim{{View: 1, Seq: 17, Digest: d(1)}}},
+		"P repeated":          {Prepared: []bft.Claim{{View: 1, Seq: 3, Digest: d(1)}, {View: 0, Seq: 3, Digest: d(2)}}},
+		"P out of order":      {Prepared: []bft.Claim{{View: 1, Seq: 3, Digest: d(1)}, {View: 1, Seq: 2, Digest: d(2)}}},
+		"Q views ascending":   {PrePrepared: []bft.Claim{{View: 0, Seq: 3, Digest: d(1)}, {View: 1, Seq: 3, Digest: d(2)}}},
+		"Q seqs descending":   {PrePrepared: []bft.Claim{{View: 1, Seq: 4, Digest: d(1)}, {View: 1, Seq: 3, Digest: d(2)}}},
+		"Q digest repeated":   {PrePrepared: []bft.Claim{{View: 1, Seq: 3, Digest: d(1)}, {View: 0, Seq: 3, Digest: d(1)}}},
+		"Q over the bound": {PrePrepared: []bft.Claim{
+			{View: 1, Seq: 3, Digest: d(1)}, {View: 1, Seq: 3, Digest: d(2)}, {View: 1, Seq: 3, Digest: d(3)},
+			{View: 1, Seq: 3, Digest: d(4)}, {View: 1, Seq: 3, Digest: d(5)}}[:bft.MaxPrePrepared+1]},
+	}
+	good := bft.ViewChange{
+		Prepared:    []bft.Claim{{View: 1, Seq: 3, Digest: d(1)}, {View: 0, Seq: 16, Digest: d(2)}},
+		PrePrepared: []bft.Claim{{View: 1, Seq: 3, Digest: d(1)}, {View: 0, Seq: 3, Digest: d(2)}, {View: 0, Seq: 16, Digest: d(2)}},
+	}
+	for name, vc := range bad {
+		n := newNet(t, simnet.Options{Seed: 60, Config: smallCfg})
+		vc.View, vc.Replica = 2, 3
+		vc.Sig = n.Keys.MAC(3, &vc)
+		if err := n.Replicas[1].Step(bft.ToReplica(3), &vc); !errors.Is(err, bft.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	n := newNet(t, simnet.Options{Seed: 60, Config: smallCfg})
+	good.View, good.Replica = 2, 3
+	good.Sig = n.Keys.MAC(3, &good)
+	if err := n.Replicas[1].Step(bft.ToReplica(3), &good); err != nil {
+		t.Fatalf("a well-formed view change: %v", err)
+	}
 }
