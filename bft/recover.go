@@ -11,8 +11,8 @@ import (
 // NewReplica, before any Step or Tick. It restores the checkpoint's
 // application state and reply cache, the view (entered, or being changed
 // to), the accepted pre-prepares (its Q claims), the votes this replica
-// sent (its commits are its P claims), then executes the committed slots above the
-// checkpoint in order; the replica catches up on the rest over the
+// sent (its commits are its P claims), then executes the committed slots
+// above the checkpoint in order; the replica catches up on the rest over the
 // network. Having its votes back, it never votes differently for a
 // slot of a view it already voted in. Records are trusted (they are this
 // replica's own); an error means they contradict each other and the
@@ -33,16 +33,12 @@ func (r *Replica) Recover(snap *Snapshot, recs []Record) error {
 		}
 	}
 	r.nextSeq = max(r.nextSeq, r.lastExec, r.viewMinS)
-	for s, e := range r.log {
+	// A slot is prepared here exactly when its commit was recorded
+	// (replay): the prepares that made it so are not persisted, and the
+	// commit record is durable before the commit is sent.
+	for s := range r.log {
 		if s <= r.low {
 			delete(r.log, s)
-			continue
-		}
-		if e.prepared && e.view == r.view && !e.sentCommit {
-			// Sending a commit for a slot that prepared is always
-			// allowed; the crash came between the two.
-			e.sentCommit = true
-			e.commits[r.id] = e.pp.Digest
 		}
 	}
 	r.lastStable = r.low
