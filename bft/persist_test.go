@@ -153,9 +153,9 @@ func TestRecoverAllReplicas(t *testing.T) { recoverAll(t, false) }
 // record not synced (Ready.Deferred since the last Persist: the
 // committed slots, which the driver does not sync before the replies,
 // and votes sent before their sync), so every slot committed and replied
-// since then must commit again from the prepared certificates and votes
-// on the disks: the same checks hold, and the replicas execute those
-// slots again to the same results.
+// since then must commit again from the pre-prepares and votes on the
+// disks (the P claims of view changes): the same checks hold, and the
+// replicas execute those slots again to the same results.
 func TestRecoverAllReplicasLosingCommitted(t *testing.T) { recoverAll(t, true) }
 
 func recoverAll(t *testing.T, loseCommitted bool) {
