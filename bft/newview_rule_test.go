@@ -6,13 +6,15 @@ import (
 	"testing"
 
 	"github.com/rubin-go/rubin/bft"
+	"github.com/rubin-go/rubin/bft/internal/quorum"
 	"github.com/rubin-go/rubin/bft/internal/simnet"
 )
 
 // The new-view rule (docs/bft.md, "View change"), tested on its own,
 // without the network: view changes are drawn at random, within what the
 // protocol lets correct replicas report, and every subset of them that a
-// new primary could include (2f+1 to n) is decided.
+// new primary could include (a quorum q to n) is decided. n = 5 and 6
+// check the rule with a quorum above 2f+1.
 
 // digestN is a small pool of digests, so that claims collide often.
 func digestN(i int) bft.Digest { return bft.BatchDigest(uint64(i), nil) }
@@ -97,17 +99,17 @@ func subsets(vcs []bft.ViewChange, q int, fn func([]bft.ViewChange)) {
 // changes: on whether every slot is decided, and on the pre-prepares.
 func TestNewViewRuleMatchesNaive(t *testing.T) {
 	rng := rand.New(rand.NewPCG(71, 1))
-	for _, n := range []int{4, 7} {
-		f := (n - 1) / 3
+	for _, n := range []int{4, 5, 6, 7} {
+		q := quorum.Quorum(n)
 		for k := 0; k < 300; k++ {
 			view := 1 + rng.Uint64N(6)
 			vcs := make([]bft.ViewChange, n)
 			for i := range vcs {
 				vcs[i] = randomVC(rng, bft.ReplicaID(i), view, 4)
 			}
-			subsets(vcs, 2*f+1, func(sub []bft.ViewChange) {
-				_, got, ok := bft.ComputeNewView(view, sub, f)
-				want, wantOK := simnet.Decide(view, sub, f)
+			subsets(vcs, q, func(sub []bft.ViewChange) {
+				_, got, ok := bft.ComputeNewView(view, sub, n)
+				want, wantOK := simnet.Decide(view, sub, n)
 				if ok != wantOK {
 					t.Fatalf("n=%d: decided %v, naive rule says %v, for %+v", n, ok, wantOK, sub)
 				}
@@ -123,32 +125,32 @@ func TestNewViewRuleMatchesNaive(t *testing.T) {
 }
 
 // TestNewViewRuleKeepsCommitted is the safety argument of docs/bft.md as
-// a property test. A batch d0 committed at seq 1 in view v0: f+1 correct
-// replicas prepared it, and report a P claim for d0 of view v0 or later
+// a property test. A batch d0 committed at seq 1 in view v0: q-f correct
+// replicas (f+1 when n = 3f+1) prepared it, and report a P claim for d0 of view v0 or later
 // (by induction, no later view re-proposed anything else); the other
 // correct replicas report P claims of views below v0 (of any digest) or
 // none, and Q claims of views below v0 for any digest, of v0 for any
 // digest (the primary of v0 may have equivocated), and above v0 only for
 // d0. The f Byzantine replicas claim anything: P and Q claims of the
 // highest view for a digest of their own, copies of correct claims
-// raised to higher views, or nothing. Whichever 2f+1 or more of the view
+// raised to higher views, or nothing. Whichever q or more of the view
 // changes a new primary includes, a new view that decides seq 1 decides
 // d0.
 func TestNewViewRuleKeepsCommitted(t *testing.T) {
 	rng := rand.New(rand.NewPCG(72, 1))
 	d0 := digestN(0)
 	decided, wrong := 0, 0
-	for _, n := range []int{4, 7} {
-		f := (n - 1) / 3
+	for _, n := range []int{4, 5, 6, 7} {
+		f, q := quorum.Faults(n), quorum.Quorum(n)
 		for k := 0; k < 500; k++ {
 			view := 3 + rng.Uint64N(6)
 			v0 := rng.Uint64N(view - 1)
 			vcs := make([]bft.ViewChange, n)
-			// Replicas 0..f are the correct ones that prepared d0.
+			// Replicas 0..q-f-1 are the correct ones that prepared d0.
 			for i := range vcs {
 				vc := bft.ViewChange{View: view, Replica: bft.ReplicaID(i)}
 				switch {
-				case i <= f: // correct, prepared d0
+				case i < q-f: // correct, prepared d0
 					pv := v0 + rng.Uint64N(view-v0)
 					vc.Prepared = []bft.Claim{{View: pv, Seq: 1, Digest: d0}}
 					vc.PrePrepared = []bft.Claim{{View: pv, Seq: 1, Digest: d0}}
@@ -186,8 +188,8 @@ func TestNewViewRuleKeepsCommitted(t *testing.T) {
 				vcs[i] = vc
 			}
 			rng.Shuffle(n, func(i, j int) { vcs[i], vcs[j] = vcs[j], vcs[i] })
-			subsets(vcs, 2*f+1, func(sub []bft.ViewChange) {
-				_, pps, ok := bft.ComputeNewView(view, sub, f)
+			subsets(vcs, q, func(sub []bft.ViewChange) {
+				_, pps, ok := bft.ComputeNewView(view, sub, n)
 				if !ok || len(pps) == 0 {
 					return
 				}
@@ -211,16 +213,16 @@ func TestNewViewRuleKeepsCommitted(t *testing.T) {
 // every correct replica, a new primary decides every slot, whatever the
 // Byzantine ones add. The correct replicas' histories are drawn as the
 // protocol allows them: at most one digest prepares per view (a quorum
-// intersection), and a replica that prepared a batch in view v had 2f+1
-// replicas, f+1 of them correct, accept its pre-prepare in v. Each keeps
+// intersection), and a replica that prepared a batch in view v had q
+// replicas, q-f of them correct, accept its pre-prepare in v. Each keeps
 // every digest it accepted (at most MaxPrePrepared of them here): the
-// argument needs the f+1 that accepted the prepared batch of the highest
+// argument needs f+1 of those that accepted the prepared batch of the highest
 // view to still report it (see docs/bft.md on what the bound on Q claims
 // costs).
 func TestNewViewRuleLive(t *testing.T) {
 	rng := rand.New(rand.NewPCG(73, 1))
-	for _, n := range []int{4, 7} {
-		f := (n - 1) / 3
+	for _, n := range []int{4, 5, 7} {
+		f, q := quorum.Faults(n), quorum.Quorum(n)
 		correct := n - f
 		for k := 0; k < 1000; k++ {
 			view := 2 + rng.Uint64N(12)
@@ -241,7 +243,7 @@ func TestNewViewRuleLive(t *testing.T) {
 						vcs[i].PrePrepared = append(vcs[i].PrePrepared, bft.Claim{View: v, Seq: 1, Digest: d})
 					}
 				}
-				if len(acc) >= f+1 && rng.IntN(2) == 0 {
+				if len(acc) >= q-f && rng.IntN(2) == 0 {
 					// d prepared in v at some of those that accepted it.
 					for _, i := range acc[:1+rng.IntN(len(acc))] {
 						vcs[i].Prepared = []bft.Claim{{View: v, Seq: 1, Digest: d}}
@@ -273,7 +275,7 @@ func TestNewViewRuleLive(t *testing.T) {
 				if in < correct {
 					return // only sets holding every correct view change
 				}
-				if _, _, ok := bft.ComputeNewView(view, sub, f); !ok {
+				if _, _, ok := bft.ComputeNewView(view, sub, n); !ok {
 					t.Fatalf("n=%d: the correct replicas' view changes do not decide: %+v", n, sub)
 				}
 			})

@@ -175,19 +175,20 @@ func (r *Replica) tickViewChange() {
 // P claim. Each sequence number in (min-s, max-s] gets the digest d of a
 // P claim (v, d) such that
 //
-//   - A1: at least 2f+1 of the view changes have no P claim for it, or
+//   - A1: at least q of the view changes have no P claim for it, or
 //     one of a view below v, or exactly (v, d);
 //   - A2: at least f+1 of them claim to have accepted d in view v or a
 //     later one (a Q claim, or a P claim, which implies one);
 //
 // the one of the highest view if several pass, the lowest digest among
-// those. Failing that it gets the null batch if at least 2f+1 of them
-// have no P claim for it. ok is false if some sequence number gets
+// those. Failing that it gets the null batch if at least q of them
+// have no P claim for it. q is the quorum (2f+1 when n = 3f+1), f the
+// faults tolerated. ok is false if some sequence number gets
 // neither: the view changes do not decide it, and a new primary waits
 // for more. The pre-prepares are unsigned and carry no batch, and time 0:
 // the batch, when a replica holds or fetches it, brings its time, which
 // the digest binds.
-func computeNewView(view uint64, vcs []ViewChange, f int) (minS uint64, minCert []Checkpoint, pps []PrePrepare, ok bool) {
+func computeNewView(view uint64, vcs []ViewChange, q, f int) (minS uint64, minCert []Checkpoint, pps []PrePrepare, ok bool) {
 	for i := range vcs {
 		if vcs[i].StableSeq > minS {
 			minS, minCert = vcs[i].StableSeq, vcs[i].Stable
@@ -226,7 +227,6 @@ func computeNewView(view uint64, vcs []ViewChange, f int) (minS uint64, minCert 
 		}
 		reports[i] = m
 	}
-	q := 2*f + 1
 	for s := minS + 1; s <= maxS && s > minS; s++ {
 		var best *Claim
 		noP := 0
@@ -297,7 +297,7 @@ func (r *Replica) sendNewView() {
 	for _, id := range ids {
 		nv.ViewChanges = append(nv.ViewChanges, *r.vcs[ReplicaID(id)])
 	}
-	minS, minCert, pps, ok := computeNewView(r.view, nv.ViewChanges, r.f)
+	minS, minCert, pps, ok := computeNewView(r.view, nv.ViewChanges, r.q, r.f)
 	if !ok {
 		return
 	}
@@ -337,7 +337,7 @@ func (r *Replica) onNewView(nv *NewView) error {
 			return fmt.Errorf("new view %d: %w", nv.View, err)
 		}
 	}
-	minS, minCert, pps, ok := computeNewView(nv.View, nv.ViewChanges, r.f)
+	minS, minCert, pps, ok := computeNewView(nv.View, nv.ViewChanges, r.q, r.f)
 	if !ok {
 		return fmt.Errorf("%w: new view %d: its view changes do not decide every sequence number", ErrForged, nv.View)
 	}

@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/rubin-go/rubin/bft"
+	"github.com/rubin-go/rubin/bft/internal/quorum"
 	"github.com/rubin-go/rubin/bft/wire"
 )
 
@@ -927,7 +928,6 @@ func (c *ClientAttack) replay() {
 // leaves some slot undecided if there is one (proposing the null batch
 // there, which backups must refuse), or else one chosen at random.
 func (a *Adversary) subsetNewView(nv *bft.NewView, q int) *bft.NewView {
-	f := (a.Net.N - 1) / 3
 	var vcs []bft.ViewChange
 	var pps []bft.PrePrepare
 	for try := 0; try < 8; try++ {
@@ -935,7 +935,7 @@ func (a *Adversary) subsetNewView(nv *bft.NewView, q int) *bft.NewView {
 		a.Rand.Shuffle(len(sub), func(i, j int) { sub[i], sub[j] = sub[j], sub[i] })
 		sub = sub[:q]
 		sortVCs(sub)
-		got, ok := Decide(nv.View, sub, f)
+		got, ok := Decide(nv.View, sub, a.Net.N)
 		if vcs == nil || !ok {
 			vcs, pps = sub, got
 		}
@@ -976,7 +976,7 @@ func (a *Adversary) undecidingNewView(nv *bft.NewView) *bft.NewView {
 	a.tidyClaims(&lie)
 	lie.Sig = a.sign(&lie)
 	vcs[own] = lie
-	pps, ok := Decide(nv.View, vcs, (a.Net.N-1)/3)
+	pps, ok := Decide(nv.View, vcs, a.Net.N)
 	if !ok {
 		a.undecided++
 	}
@@ -987,9 +987,11 @@ func (a *Adversary) undecidingNewView(nv *bft.NewView) *bft.NewView {
 
 // Decide is the new-view rule (see docs/bft.md), written here apart from
 // the core's, as simply as it can be: the pre-prepares a new view of view
-// must carry given view changes vcs, and whether vcs decide every
-// sequence number (a slot they do not decide gets the null batch).
-func Decide(view uint64, vcs []bft.ViewChange, f int) ([]bft.PrePrepare, bool) {
+// must carry given view changes vcs of a cluster of n replicas, and
+// whether vcs decide every sequence number (a slot they do not decide
+// gets the null batch).
+func Decide(view uint64, vcs []bft.ViewChange, n int) ([]bft.PrePrepare, bool) {
+	f, q := quorum.Faults(n), quorum.Quorum(n)
 	var minS uint64
 	for i := range vcs {
 		minS = max(minS, vcs[i].StableSeq)
@@ -1036,7 +1038,7 @@ func Decide(view uint64, vcs []bft.ViewChange, f int) ([]bft.PrePrepare, bool) {
 					a2++
 				}
 			}
-			if a1 < 2*f+1 || a2 < f+1 {
+			if a1 < q || a2 < f+1 {
 				continue
 			}
 			if best == nil || c.View > best.View || (c.View == best.View && bytes.Compare(c.Digest[:], best.Digest[:]) < 0) {
@@ -1046,7 +1048,7 @@ func Decide(view uint64, vcs []bft.ViewChange, f int) ([]bft.PrePrepare, bool) {
 		pp := bft.PrePrepare{View: view, Seq: s, Digest: bft.BatchDigest(0, nil)}
 		if best != nil {
 			pp.Digest = best.Digest
-		} else if noP < 2*f+1 {
+		} else if noP < q {
 			decided = false
 		}
 		pps = append(pps, pp)
