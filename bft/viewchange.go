@@ -170,24 +170,29 @@ func (r *Replica) tickViewChange() {
 
 // computeNewView derives a new view's pre-prepares from a set of valid
 // view changes, as both the new primary and every backup do (see
-// docs/bft.md for why the rule is safe and live). min-s is the highest
-// stable checkpoint among them, max-s the highest sequence number with a
-// P claim. Each sequence number in (min-s, max-s] gets the digest d of a
-// P claim (v, d) such that
+// docs/bft.md for why the rule is safe and live). q is the quorum (2f+1
+// when n = 3f+1), f the faults tolerated. min-s is the highest stable
+// checkpoint among the view changes, max-s the highest sequence number
+// any of them claims. Each sequence number in (min-s, max-s] gets a
+// digest d for which some view v satisfies
 //
-//   - A1: at least q of the view changes have no P claim for it, or
-//     one of a view below v, or exactly (v, d);
+//   - A1: at least q of the view changes have no P claim for it, or one
+//     of a view below v, or exactly (v, d);
 //   - A2: at least f+1 of them claim to have accepted d in view v or a
 //     later one (a Q claim, or a P claim, which implies one);
 //
-// the one of the highest view if several pass, the lowest digest among
-// those. Failing that it gets the null batch if at least q of them
-// have no P claim for it. q is the quorum (2f+1 when n = 3f+1), f the
-// faults tolerated. ok is false if some sequence number gets
-// neither: the view changes do not decide it, and a new primary waits
-// for more. The pre-prepares are unsigned and carry no batch, and time 0:
-// the batch, when a replica holds or fetches it, brings its time, which
-// the digest binds.
+// the one with the highest such v if several do, the lowest digest among
+// those. Failing that it gets the null batch if at least q of them have
+// no P claim for it. ok is false if some sequence number gets neither:
+// the view changes do not decide it, and a new primary waits for more.
+//
+// A1 only gets easier as v grows and A2 only harder, so for each digest
+// the one v worth trying is the highest that A2 allows: the (f+1)-th
+// highest view in which the view changes claim to have accepted it.
+//
+// The pre-prepares are unsigned and carry no batch, and time 0: the
+// batch, when a replica holds or fetches it, brings its time, which the
+// digest binds.
 func computeNewView(view uint64, vcs []ViewChange, q, f int) (minS uint64, minCert []Checkpoint, pps []PrePrepare, ok bool) {
 	for i := range vcs {
 		if vcs[i].StableSeq > minS {
@@ -199,65 +204,95 @@ func computeNewView(view uint64, vcs []ViewChange, q, f int) (minS uint64, minCe
 		for _, c := range vcs[i].Prepared {
 			maxS = max(maxS, c.Seq)
 		}
-	}
-	// Each view change's claims by sequence number.
-	type report struct {
-		p  *Claim
-		qs []Claim
-	}
-	reports := make([]map[uint64]*report, len(vcs))
-	for i := range vcs {
-		m := make(map[uint64]*report)
-		at := func(s uint64) *report {
-			if m[s] == nil {
-				m[s] = &report{}
-			}
-			return m[s]
-		}
-		for j := range vcs[i].Prepared {
-			c := &vcs[i].Prepared[j]
-			if c.Seq > minS {
-				at(c.Seq).p = c
-			}
-		}
 		for _, c := range vcs[i].PrePrepared {
-			if c.Seq > minS && c.Seq <= maxS {
-				at(c.Seq).qs = append(at(c.Seq).qs, c)
+			maxS = max(maxS, c.Seq)
+		}
+	}
+	// Per sequence number, each view change's P claim (index by view
+	// change) and, per digest, the highest view each view change claims
+	// to have accepted it in.
+	type slot struct {
+		p       []*Claim
+		support map[Digest][]uint64
+	}
+	slots := make(map[uint64]*slot)
+	at := func(s uint64) *slot {
+		if slots[s] == nil {
+			slots[s] = &slot{p: make([]*Claim, len(vcs)), support: make(map[Digest][]uint64)}
+		}
+		return slots[s]
+	}
+	accept := func(sl *slot, i int, c *Claim) {
+		sup := sl.support[c.Digest]
+		if sup == nil {
+			sup = make([]uint64, len(vcs))
+			for k := range sup {
+				sup[k] = noView
+			}
+			sl.support[c.Digest] = sup
+		}
+		if sup[i] == noView || c.View > sup[i] {
+			sup[i] = c.View
+		}
+	}
+	for i := range vcs {
+		for j := range vcs[i].Prepared {
+			if c := &vcs[i].Prepared[j]; c.Seq > minS {
+				sl := at(c.Seq)
+				sl.p[i] = c
+				accept(sl, i, c)
 			}
 		}
-		reports[i] = m
+		for j := range vcs[i].PrePrepared {
+			if c := &vcs[i].PrePrepared[j]; c.Seq > minS {
+				accept(at(c.Seq), i, c)
+			}
+		}
 	}
 	for s := minS + 1; s <= maxS && s > minS; s++ {
-		var best *Claim
-		noP := 0
-		for i := range vcs {
-			rp := reports[i][s]
-			if rp == nil || rp.p == nil {
-				noP++
-				continue
+		pp := PrePrepare{View: view, Seq: s, Digest: nullDigest}
+		sl := slots[s]
+		if sl == nil {
+			pps = append(pps, pp) // nobody claims anything: null
+			continue
+		}
+		var best *Digest
+		var bestView uint64
+		for d, sup := range sl.support {
+			views := make([]uint64, 0, len(sup))
+			for _, v := range sup {
+				if v != noView {
+					views = append(views, v)
+				}
 			}
-			c := rp.p
-			if best != nil && (c.View < best.View || (c.View == best.View && bytes.Compare(c.Digest[:], best.Digest[:]) >= 0)) {
-				continue
+			if len(views) < f+1 {
+				continue // A2 fails for every view
 			}
-			a1, a2 := 0, 0
-			for k := range vcs {
-				o := reports[k][s]
-				if o == nil || o.p == nil || o.p.View < c.View || (o.p.View == c.View && o.p.Digest == c.Digest) {
+			sort.Slice(views, func(i, j int) bool { return views[i] > views[j] })
+			v := views[f]
+			a1 := 0
+			for _, p := range sl.p {
+				if p == nil || p.View < v || (p.View == v && p.Digest == d) {
 					a1++
 				}
-				if o != nil && supports(o.p, o.qs, c) {
-					a2++
-				}
 			}
-			if a1 >= q && a2 >= f+1 {
-				best = c
+			if a1 < q {
+				continue
+			}
+			if best == nil || v > bestView || (v == bestView && bytes.Compare(d[:], best[:]) < 0) {
+				d := d
+				best, bestView = &d, v
 			}
 		}
-		pp := PrePrepare{View: view, Seq: s, Digest: nullDigest}
+		noP := 0
+		for _, p := range sl.p {
+			if p == nil {
+				noP++
+			}
+		}
 		switch {
 		case best != nil:
-			pp.Digest = best.Digest
+			pp.Digest = *best
 		case noP >= q:
 		default:
 			return 0, nil, nil, false
@@ -267,20 +302,8 @@ func computeNewView(view uint64, vcs []ViewChange, q, f int) (minS uint64, minCe
 	return minS, minCert, pps, true
 }
 
-// supports reports whether a view change whose claims for c's sequence
-// number are p (nil: none) and qs says it accepted c's digest in c's view
-// or a later one.
-func supports(p *Claim, qs []Claim, c *Claim) bool {
-	if p != nil && p.Digest == c.Digest && p.View >= c.View {
-		return true
-	}
-	for _, x := range qs {
-		if x.Digest == c.Digest && x.View >= c.View {
-			return true
-		}
-	}
-	return false
-}
+// noView marks a view change that claims nothing for a digest.
+const noView = ^uint64(0)
 
 // sendNewView announces the view this replica is the primary of, based
 // on every view change for it that it holds, once they decide every

@@ -986,10 +986,10 @@ func (a *Adversary) undecidingNewView(nv *bft.NewView) *bft.NewView {
 }
 
 // Decide is the new-view rule (see docs/bft.md), written here apart from
-// the core's, as simply as it can be: the pre-prepares a new view of view
-// must carry given view changes vcs of a cluster of n replicas, and
-// whether vcs decide every sequence number (a slot they do not decide
-// gets the null batch).
+// the core's, as simply as it can be, trying every view: the
+// pre-prepares a new view of view must carry given view changes vcs of a
+// cluster of n replicas, and whether vcs decide every sequence number (a
+// slot they do not decide gets the null batch).
 func Decide(view uint64, vcs []bft.ViewChange, n int) ([]bft.PrePrepare, bool) {
 	f, q := quorum.Faults(n), quorum.Quorum(n)
 	var minS uint64
@@ -999,6 +999,9 @@ func Decide(view uint64, vcs []bft.ViewChange, n int) ([]bft.PrePrepare, bool) {
 	maxS := minS
 	for i := range vcs {
 		for _, c := range vcs[i].Prepared {
+			maxS = max(maxS, c.Seq)
+		}
+		for _, c := range vcs[i].PrePrepared {
 			maxS = max(maxS, c.Seq)
 		}
 	}
@@ -1013,36 +1016,43 @@ func Decide(view uint64, vcs []bft.ViewChange, n int) ([]bft.PrePrepare, bool) {
 	var pps []bft.PrePrepare
 	decided := true
 	for s := minS + 1; s <= maxS; s++ {
-		var cands []bft.Claim
+		var digests []bft.Digest
 		noP := 0
 		for i := range vcs {
 			if p := pOf(&vcs[i], s); p != nil {
-				cands = append(cands, *p)
+				digests = append(digests, p.Digest)
 			} else {
 				noP++
 			}
+			for _, c := range vcs[i].PrePrepared {
+				if c.Seq == s {
+					digests = append(digests, c.Digest)
+				}
+			}
 		}
 		var best *bft.Claim
-		for _, c := range cands {
-			a1, a2 := 0, 0
-			for i := range vcs {
-				p := pOf(&vcs[i], s)
-				if p == nil || p.View < c.View || *p == c {
-					a1++
+		for _, d := range digests {
+			for v := uint64(0); v < view; v++ {
+				a1, a2 := 0, 0
+				for i := range vcs {
+					p := pOf(&vcs[i], s)
+					if p == nil || p.View < v || (p.View == v && p.Digest == d) {
+						a1++
+					}
+					sup := p != nil && p.Digest == d && p.View >= v
+					for _, x := range vcs[i].PrePrepared {
+						sup = sup || (x.Seq == s && x.Digest == d && x.View >= v)
+					}
+					if sup {
+						a2++
+					}
 				}
-				sup := p != nil && p.Digest == c.Digest && p.View >= c.View
-				for _, x := range vcs[i].PrePrepared {
-					sup = sup || (x.Seq == s && x.Digest == c.Digest && x.View >= c.View)
+				if a1 < q || a2 < f+1 {
+					continue
 				}
-				if sup {
-					a2++
+				if best == nil || v > best.View || (v == best.View && bytes.Compare(d[:], best.Digest[:]) < 0) {
+					best = &bft.Claim{View: v, Seq: s, Digest: d}
 				}
-			}
-			if a1 < q || a2 < f+1 {
-				continue
-			}
-			if best == nil || c.View > best.View || (c.View == best.View && bytes.Compare(c.Digest[:], best.Digest[:]) < 0) {
-				best = &c
 			}
 		}
 		pp := bft.PrePrepare{View: view, Seq: s, Digest: bft.BatchDigest(0, nil)}
