@@ -208,8 +208,9 @@ type Claim struct {
 //   - PrePrepared (Q): for each sequence number, the pre-prepares it
 //     accepted (as primary: sent), one claim per digest with the highest
 //     view it accepted that digest in, at most MaxPrePrepared a sequence
-//     number (those of the highest views), in increasing sequence order
-//     and, within one, decreasing view order.
+//     number (those of the highest views, never the digest of its P
+//     claim), in increasing sequence order and, within one, decreasing
+//     view order (then increasing digest order).
 //
 // These are claims, not certificates: a Byzantine replica can claim
 // anything, and the new-view rule (see docs/bft.md) needs 2f+1 view
@@ -226,6 +227,8 @@ type ViewChange struct {
 }
 
 // MaxPrePrepared bounds a view change's Q claims per sequence number.
+// Dropping claims is always safe; what it can cost liveness, and when,
+// is in docs/bft.md ("Why a correct primary decides every slot").
 const MaxPrePrepared = 4
 
 // NewView is the new primary's announcement of view View: the view
