@@ -80,7 +80,8 @@ func (r *Replica) needsBatch(seq uint64, d Digest) bool {
 // those whose view change claims to have prepared it (P) first, then
 // those that claim to have accepted its pre-prepare (Q); each once, this
 // replica left out. A new view re-proposes a batch only if f+1 of its
-// view changes claim to hold it, so a correct one among them holds it.
+// view changes claim to have accepted it, so a correct one did (and
+// holds it still if it prepared it or it is its slot's current one).
 func (r *Replica) vouchers(nv *NewView, seq uint64, d Digest) []ReplicaID {
 	seen := map[ReplicaID]bool{r.id: true}
 	var prepared, accepted []ReplicaID
