@@ -151,7 +151,8 @@ func TestByzantine(t *testing.T) {
 		// As new primary, new views whose view changes do not decide a
 		// slot (its own view change rewritten with an unsupported P
 		// claim, or a quorum of the others that leaves a slot open), the
-		// null batch proposed there anyway: backups refuse them.
+		// null batch proposed there anyway: no correct replica takes one
+		// (see also TestNewViewNotDecidingRefused).
 		{name: "UndecidingNewView", seeds: seedRange(2440, 8), net: with(allNet, func(c *chaos) { c.partitionVictim = 0 }),
 			setup: func(n *simnet.Net, _ *rand.Rand) {
 				a := n.MakeByzantine(1, simnet.Lies(simnet.LieUndecidingNewView))
@@ -159,8 +160,8 @@ func TestByzantine(t *testing.T) {
 			},
 			check: func(t *testing.T, n *simnet.Net) {
 				noFake(t, n)
-				if k := n.Adversary(1).Undecided(); k > 0 && n.Errors[bft.ErrForged] == 0 {
-					t.Fatalf("%d new views that decide no slot were not refused: %v", k, n.Errors)
+				if sent, taken := n.Adversary(1).Undecided(); taken > 0 {
+					t.Fatalf("correct replicas took %d of the %d new views sent that leave a slot undecided", taken, sent)
 				}
 			}},
 		// As new primary, new views whose pre-prepares do not follow from
@@ -178,7 +179,14 @@ func TestByzantine(t *testing.T) {
 					a.Injectors = append(a.Injectors, simnet.ServeFakes())
 				}
 			},
-			check: noFake},
+			check: func(t *testing.T, n *simnet.Net) {
+				noFake(t, n)
+				for _, id := range []bft.ReplicaID{1, 2} {
+					if sent, taken := n.Adversary(id).Undecided(); taken > 0 {
+						t.Fatalf("correct replicas took %d of the %d new views replica %d sent that leave a slot undecided", taken, sent, id)
+					}
+				}
+			}},
 		// A correct replica lags (see chaos.lag): it knows certified
 		// checkpoints above its state and votes above them. The
 		// Byzantine replica omits every certificate from its view

@@ -242,3 +242,46 @@ func TestViewChangeClaimsForm(t *testing.T) {
 		t.Fatalf("a well-formed view change: %v", err)
 	}
 }
+
+// A new view whose view changes do not decide every sequence number is
+// refused (ErrForged), whatever pre-prepare it proposes there; the same
+// new view over view changes that decide is taken. With n = 4 (q = 3,
+// f = 1), replicas 0 and 1 claim to have prepared different batches at
+// seq 1 in view 0 and replica 3 claims nothing: neither batch has f+1
+// claims (A2), and only one view change has no P claim, so seq 1 is
+// decided neither way. If replica 1 claims nothing and replica 3 claims
+// to have accepted replica 0's batch, that batch is decided.
+func TestNewViewNotDecidingRefused(t *testing.T) {
+	dA := bft.BatchDigest(1, []bft.Request{{Client: 1, Timestamp: 1, Op: []byte("a")}})
+	dB := bft.BatchDigest(1, []bft.Request{{Client: 1, Timestamp: 1, Op: []byte("b")}})
+	newView := func(n *simnet.Net, claims map[bft.ReplicaID][2][]bft.Claim, pp bft.Digest) *bft.NewView {
+		nv := &bft.NewView{View: 1, Replica: 1, PrePrepares: []bft.PrePrepare{{View: 1, Seq: 1, Digest: pp}}}
+		for _, id := range []bft.ReplicaID{0, 1, 3} {
+			vc := bft.ViewChange{View: 1, Replica: id, Prepared: claims[id][0], PrePrepared: claims[id][1]}
+			vc.Sig = n.Keys.MAC(id, &vc)
+			nv.ViewChanges = append(nv.ViewChanges, vc)
+		}
+		nv.Sig = n.Keys.MAC(1, nv)
+		return nv
+	}
+	a := []bft.Claim{{View: 0, Seq: 1, Digest: dA}}
+	b := []bft.Claim{{View: 0, Seq: 1, Digest: dB}}
+	undecided := map[bft.ReplicaID][2][]bft.Claim{0: {a, a}, 1: {b, b}}
+	for _, pp := range []bft.Digest{dA, dB, bft.BatchDigest(0, nil)} {
+		n := newNet(t, simnet.Options{Seed: 61, Config: smallCfg})
+		if err := n.Replicas[2].Step(bft.ToReplica(1), newView(n, undecided, pp)); !errors.Is(err, bft.ErrForged) {
+			t.Errorf("a new view proposing %x where its view changes decide nothing: %v, want ErrForged", pp[:4], err)
+		}
+	}
+	decided := map[bft.ReplicaID][2][]bft.Claim{0: {a, a}, 3: {nil, a}}
+	n := newNet(t, simnet.Options{Seed: 61, Config: smallCfg})
+	if err := n.Replicas[2].Step(bft.ToReplica(1), newView(n, decided, dB)); !errors.Is(err, bft.ErrForged) {
+		t.Errorf("a new view proposing another batch than the decided one: %v, want ErrForged", err)
+	}
+	if err := n.Replicas[2].Step(bft.ToReplica(1), newView(n, decided, dA)); err != nil {
+		t.Fatalf("a new view of view changes that decide: %v", err)
+	}
+	if s := n.Replicas[2].Status(); s.View != 1 || s.ViewChanging {
+		t.Fatalf("replica 2 did not enter view 1: %+v", s)
+	}
+}

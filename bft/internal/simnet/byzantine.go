@@ -43,11 +43,41 @@ type Adversary struct {
 	// Undecided counts the new views it sent from view changes that do
 	// not decide every slot (LieUndecidingNewView).
 	undecided int
+	// The signatures of those new views, and how many times a correct
+	// replica took one (which it must never do).
+	undecidedSigs  map[string]bool
+	undecidedTaken int
 }
 
 // Undecided reports how many new views the adversary sent from view
-// changes that do not decide every slot.
-func (a *Adversary) Undecided() int { return a.undecided }
+// changes that do not decide every slot, and how many times a correct
+// replica took one of them without an error (never, if the replicas
+// check the new-view rule).
+func (a *Adversary) Undecided() (sent, taken int) { return a.undecided, a.undecidedTaken }
+
+// noteUndecided remembers nv, which the adversary sends although its view
+// changes do not decide every slot.
+func (a *Adversary) noteUndecided(nv *bft.NewView) {
+	a.undecided++
+	if a.undecidedSigs == nil {
+		a.undecidedSigs = make(map[string]bool)
+	}
+	a.undecidedSigs[string(nv.Sig)] = true
+}
+
+// tookUndecided counts a correct replica's taking m, if it is one of the
+// undecided new views of an adversary.
+func (n *Net) tookUndecided(to bft.Target, m bft.Message, err error) {
+	nv, ok := m.(*bft.NewView)
+	if !ok || err != nil || to.Client || n.Faulty[to.ID] {
+		return
+	}
+	for _, a := range n.adv {
+		if a.undecidedSigs[string(nv.Sig)] {
+			a.undecidedTaken++
+		}
+	}
+}
 
 // Behavior rewrites one envelope a Byzantine replica is about to send.
 type Behavior func(a *Adversary, e bft.Envelope) []bft.Envelope
@@ -930,6 +960,7 @@ func (c *ClientAttack) replay() {
 func (a *Adversary) subsetNewView(nv *bft.NewView, q int) *bft.NewView {
 	var vcs []bft.ViewChange
 	var pps []bft.PrePrepare
+	decided := true
 	for try := 0; try < 8; try++ {
 		sub := append([]bft.ViewChange(nil), nv.ViewChanges...)
 		a.Rand.Shuffle(len(sub), func(i, j int) { sub[i], sub[j] = sub[j], sub[i] })
@@ -937,15 +968,17 @@ func (a *Adversary) subsetNewView(nv *bft.NewView, q int) *bft.NewView {
 		sortVCs(sub)
 		got, ok := Decide(nv.View, sub, a.Net.N)
 		if vcs == nil || !ok {
-			vcs, pps = sub, got
+			vcs, pps, decided = sub, got, ok
 		}
 		if !ok {
-			a.undecided++
 			break
 		}
 	}
 	c := &bft.NewView{View: nv.View, ViewChanges: vcs, PrePrepares: pps, Replica: nv.Replica}
 	c.Sig = a.sign(c)
+	if !decided {
+		a.noteUndecided(c)
+	}
 	return c
 }
 
@@ -977,11 +1010,11 @@ func (a *Adversary) undecidingNewView(nv *bft.NewView) *bft.NewView {
 	lie.Sig = a.sign(&lie)
 	vcs[own] = lie
 	pps, ok := Decide(nv.View, vcs, a.Net.N)
-	if !ok {
-		a.undecided++
-	}
 	c := &bft.NewView{View: nv.View, ViewChanges: vcs, PrePrepares: pps, Replica: nv.Replica}
 	c.Sig = a.sign(c)
+	if !ok {
+		a.noteUndecided(c)
+	}
 	return c
 }
 
