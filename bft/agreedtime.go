@@ -100,7 +100,7 @@ func (r *Replica) checkTime(e *entry, pp *PrePrepare) error {
 }
 
 // vouched reports whether f+1 replicas other than this one sent slot e
-// a (verified) prepare or a commit for digest d in the current view.
+// a prepare or a commit for digest d in the current view.
 func (r *Replica) vouched(e *entry, d Digest) bool {
 	n := 0
 	for id := 0; id < r.n; id++ {

@@ -154,7 +154,6 @@ func TestTimeGoingBackRefused(t *testing.T) {
 		back := *pp
 		back.Time = uint64(n.Replicas[1].Status().Time.UnixNano()) - uint64(time.Millisecond)
 		back.Digest = bft.BatchDigest(back.Time, back.Batch)
-		back.Sig = n.Sign(0, &back)
 		return []bft.Envelope{{To: e.To, Msg: &back}}
 	}
 	replacedForTime(t, n)

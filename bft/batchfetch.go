@@ -43,8 +43,9 @@ func batchMissing(d Digest, b []Request) bool {
 }
 
 // heldBatch returns the batch with digest d this replica holds for seq,
-// and its time: from the slot's pre-prepare (of any view), its prepared
-// certificate, or what it committed; the null batch is always held.
+// and its time: from the slot's pre-prepare (of any view), the
+// pre-prepare it prepared with the highest view, or what it committed;
+// the null batch is always held.
 func (r *Replica) heldBatch(seq uint64, d Digest) ([]Request, uint64, bool) {
 	if !batchMissing(d, nil) {
 		return nil, 0, true
@@ -56,8 +57,8 @@ func (r *Replica) heldBatch(seq uint64, d Digest) ([]Request, uint64, bool) {
 	switch {
 	case e.pp != nil && e.pp.Digest == d && len(e.pp.Batch) > 0:
 		return e.pp.Batch, e.pp.Time, true
-	case e.cert != nil && e.cert.PrePrepare.Digest == d && len(e.cert.PrePrepare.Batch) > 0:
-		return e.cert.PrePrepare.Batch, e.cert.PrePrepare.Time, true
+	case e.prep != nil && e.prep.Digest == d && len(e.prep.Batch) > 0:
+		return e.prep.Batch, e.prep.Time, true
 	case e.committed && e.cDigest == d && len(e.batch) > 0:
 		return e.batch, e.cTime, true
 	}
@@ -76,12 +77,14 @@ func (r *Replica) needsBatch(seq uint64, d Digest) bool {
 }
 
 // vouchers lists the replicas that vouched, in nv, for digest d at seq:
-// the senders of view changes holding a certificate for it first, then
-// the certificates' signers; each once, this replica left out. Each of
-// them prepared the batch, so a correct one holds it.
+// those whose view change claims to have prepared it (P) first, then
+// those that claim to have accepted its pre-prepare (Q); each once, this
+// replica left out. A new view re-proposes a batch only if f+1 of its
+// view changes claim to have accepted it, so a correct one did (and
+// holds it still if it prepared it or it is its slot's current one).
 func (r *Replica) vouchers(nv *NewView, seq uint64, d Digest) []ReplicaID {
 	seen := map[ReplicaID]bool{r.id: true}
-	var senders, signers []ReplicaID
+	var prepared, accepted []ReplicaID
 	add := func(list *[]ReplicaID, id ReplicaID) {
 		if !seen[id] {
 			seen[id] = true
@@ -90,19 +93,44 @@ func (r *Replica) vouchers(nv *NewView, seq uint64, d Digest) []ReplicaID {
 	}
 	for i := range nv.ViewChanges {
 		vc := &nv.ViewChanges[i]
-		for j := range vc.Prepared {
-			c := &vc.Prepared[j]
-			if c.PrePrepare.Seq != seq || c.PrePrepare.Digest != d {
-				continue
-			}
-			add(&senders, vc.Replica)
-			add(&signers, r.primary(c.PrePrepare.View))
-			for k := range c.Prepares {
-				add(&signers, c.Prepares[k].Replica)
+		for _, c := range vc.Prepared {
+			if c.Seq == seq && c.Digest == d {
+				add(&prepared, vc.Replica)
 			}
 		}
 	}
-	return append(senders, signers...)
+	for i := range nv.ViewChanges {
+		vc := &nv.ViewChanges[i]
+		for _, c := range vc.PrePrepared {
+			if c.Seq == seq && c.Digest == d {
+				add(&accepted, vc.Replica)
+			}
+		}
+	}
+	return append(prepared, accepted...)
+}
+
+// fetchSources is whom to ask for seq's batch d: the replicas that
+// vouched for it in the current view's new view, then every other one.
+// A replica that accepted a pre-prepare keeps its batch only while the
+// pre-prepare is its slot's current one or the one it prepared, so a
+// voucher may have dropped it while another replica still holds it.
+func (r *Replica) fetchSources(seq uint64, d Digest) []ReplicaID {
+	var sources []ReplicaID
+	if nv := r.lastNewView; nv != nil && nv.View == r.view {
+		v := r.vouchers(nv, seq, d)
+		if len(v) > 0 {
+			// Slots start at different vouchers, spreading the load.
+			k := int(seq % uint64(len(v)))
+			sources = slices.Concat(v[k:], v[:k])
+		}
+	}
+	for i := range r.n {
+		if id := ReplicaID(i); id != r.id && !slices.Contains(sources, id) {
+			sources = append(sources, id)
+		}
+	}
+	return sources
 }
 
 // fetchBatch starts fetching seq's batch d from sources, unless a fetch
@@ -114,8 +142,7 @@ func (r *Replica) fetchBatch(seq uint64, d Digest, sources []ReplicaID) {
 	if r.fetching == nil {
 		r.fetching = make(map[uint64]*batchFetch)
 	}
-	// Slots start at different sources, spreading the load.
-	f := &batchFetch{digest: d, sources: sources, next: int(seq % uint64(len(sources)))}
+	f := &batchFetch{digest: d, sources: sources}
 	r.fetching[seq] = f
 	r.askBatch(seq, f)
 }
@@ -130,8 +157,7 @@ func (r *Replica) askBatch(seq uint64, f *batchFetch) {
 // that timed out to the next source. Every FetchTicks it also starts a
 // fetch for each slot that needs a batch and has none outstanding (a
 // replica that recovered such a slot from its storage, where the fetch
-// was not recorded): from the replicas that vouched for it in the
-// current view's new view, or else from every other replica.
+// was not recorded), from fetchSources.
 func (r *Replica) tickBatchFetch() {
 	if r.now%uint64(r.cfg.FetchTicks) == 0 {
 		for _, s := range slices.Sorted(maps.Keys(r.log)) {
@@ -148,18 +174,7 @@ func (r *Replica) tickBatchFetch() {
 			default:
 				continue
 			}
-			var sources []ReplicaID
-			if nv := r.lastNewView; nv != nil && nv.View == r.view {
-				sources = r.vouchers(nv, s, d)
-			}
-			if len(sources) == 0 {
-				for i := range r.n {
-					if ReplicaID(i) != r.id {
-						sources = append(sources, ReplicaID(i))
-					}
-				}
-			}
-			r.fetchBatch(s, d, sources)
+			r.fetchBatch(s, d, r.fetchSources(s, d))
 		}
 	}
 	for _, s := range slices.Sorted(maps.Keys(r.fetching)) {
@@ -222,7 +237,10 @@ func (r *Replica) onBatch(m *Batch) error {
 	}
 	if e.pp != nil && e.pp.Digest == m.Digest && len(e.pp.Batch) == 0 {
 		full := *e.pp // the new view's pre-prepare is shared: never modified
-		full.Batch = m.Requests
+		full.Batch, full.Time = m.Requests, m.Time
+		if e.prep == e.pp {
+			e.prep = &full
+		}
 		e.pp = &full
 		if e.view == r.view && m.Seq > r.lastExec {
 			for i := range full.Batch {
@@ -230,10 +248,10 @@ func (r *Replica) onBatch(m *Batch) error {
 			}
 		}
 	}
-	if e.cert != nil && e.cert.PrePrepare.Digest == m.Digest && len(e.cert.PrePrepare.Batch) == 0 {
-		c := *e.cert
-		c.PrePrepare.Batch = m.Requests
-		e.cert = &c
+	if e.prep != nil && e.prep.Digest == m.Digest && len(e.prep.Batch) == 0 {
+		c := *e.prep
+		c.Batch, c.Time = m.Requests, m.Time
+		e.prep = &c
 	}
 	if e.committed && e.cDigest == m.Digest && len(e.batch) == 0 {
 		e.batch, e.cTime = m.Requests, m.Time

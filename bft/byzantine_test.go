@@ -34,6 +34,25 @@ func TestByzantine(t *testing.T) {
 			}
 		}
 	}
+	// A batch a liar claimed without its being proposed (see
+	// simnet.LieFakePrepared) has at most f claims behind it, so no new
+	// view may re-propose it, let alone execute it.
+	noFake := func(t *testing.T, n *simnet.Net) {
+		t.Helper()
+		noEvil(t, n)
+		for i, ex := range n.Executed {
+			if n.Faulty[i] {
+				continue
+			}
+			for _, c := range ex {
+				for _, r := range c.Batch {
+					if string(r.Op) == "fake-prepared" {
+						t.Fatalf("replica %d executed a batch only liars claimed, at seq %d", i, c.Seq)
+					}
+				}
+			}
+		}
+	}
 	forged := func(t *testing.T, n *simnet.Net) {
 		t.Helper()
 		noEvil(t, n)
@@ -45,6 +64,8 @@ func TestByzantine(t *testing.T) {
 		// The primary of view 0 (and of every 4th view) sends different
 		// batches to different backups for one (view, seq); the backups
 		// must never commit both, and the view change replaces it.
+		// Pre-prepares are unsigned, so no backup can prove the
+		// equivocation to another; none needs to.
 		{name: "EquivocatingPrimary", seeds: seedRange(1100, 8), net: allNet,
 			setup: func(n *simnet.Net, _ *rand.Rand) { n.MakeByzantine(0, simnet.Equivocate()) }},
 		// The primary adds requests it proposed before to its new
@@ -86,15 +107,86 @@ func TestByzantine(t *testing.T) {
 				a.Injectors = append(a.Injectors, simnet.Replay(0.5))
 			},
 			check: forged},
-		// Replica 1, the primary of view 1, lies in its view changes
-		// (forged prepared certificates, prepares copied from another
-		// seq, an uncertified stable checkpoint, far-future views), as
-		// new primary in its new views, and in the batches it answers
-		// fetches with. Replica 0 is partitioned for
+		// Replica 1, the primary of view 1, tells every lie of
+		// simnet.Lie in its view changes (unsupported and raised P
+		// claims, fake Q claims, none, an uncertified stable
+		// checkpoint, far-future views, bad signatures), as new primary
+		// in its new views, and in the batches it answers fetches with. Replica 0 is partitioned for
 		// a while to force view changes.
 		{name: "ViewChangeLiar", seeds: seedRange(1600, 8), net: with(allNet, func(c *chaos) { c.partitionVictim = 0 }),
 			setup: func(n *simnet.Net, _ *rand.Rand) { n.MakeByzantine(1, simnet.LieInViewChange(), simnet.ForgeBatches()) },
 			check: noEvil},
+		// Lies about the claims of view changes, one family per lie (see
+		// simnet.Lie), each with replica 1, the primary of view 1, lying
+		// and replica 0 partitioned for a while to force view changes.
+		// A P claim (and a matching Q claim) of the highest view for a
+		// batch of a colluding client that nobody proposed, which the
+		// liar serves to whoever fetches it: no new view may choose it
+		// (A2: f+1 view changes must claim to have accepted it).
+		{name: "FakePrepared", seeds: seedRange(2400, 8), net: with(allNet, func(c *chaos) { c.partitionVictim = 0 }),
+			setup: func(n *simnet.Net, _ *rand.Rand) {
+				a := n.MakeByzantine(1, simnet.Lies(simnet.LieFakePrepared))
+				a.Injectors = append(a.Injectors, simnet.ServeFakes())
+			},
+			check: noFake},
+		// Every batch the liar accepted claimed prepared in the highest
+		// view: real batches, so they may be chosen, and that is safe.
+		{name: "RaisedPrepared", seeds: seedRange(2410, 8), net: with(allNet, func(c *chaos) { c.partitionVictim = 0 }),
+			setup: func(n *simnet.Net, _ *rand.Rand) { n.MakeByzantine(1, simnet.Lies(simnet.LieRaisedPrepared)) },
+			check: noEvil},
+		// Q claims for batches nobody proposed, crowding out the liar's
+		// real ones.
+		{name: "FakeAccepted", seeds: seedRange(2420, 8), net: with(allNet, func(c *chaos) { c.partitionVictim = 0 }),
+			setup: func(n *simnet.Net, _ *rand.Rand) { n.MakeByzantine(1, simnet.Lies(simnet.LieFakeAccepted)) },
+			check: noEvil},
+		// No claims at all, P or Q, from a laggard's companion that votes
+		// for whatever it hears: the correct replicas' claims alone keep
+		// what committed (as LaggardAndLiar, which omits only P claims).
+		{name: "OmittedClaims", seeds: seedRange(2430, 8), net: with(allNet, func(c *chaos) { c.lag = true }),
+			setup: func(n *simnet.Net, rng *rand.Rand) {
+				a := n.MakeByzantine(bft.ReplicaID(rng.IntN(n.N)), simnet.OmitClaims(), simnet.Silent(false), simnet.ForgeBatches())
+				a.Injectors = append(a.Injectors, simnet.Accomplice())
+			},
+			check: noEvil},
+		// As new primary, new views whose view changes do not decide a
+		// slot (its own view change rewritten with an unsupported P
+		// claim, or a quorum of the others that leaves a slot open), the
+		// null batch proposed there anyway: no correct replica takes one
+		// (see also TestNewViewNotDecidingRefused).
+		{name: "UndecidingNewView", seeds: seedRange(2440, 8), net: with(allNet, func(c *chaos) { c.partitionVictim = 0 }),
+			setup: func(n *simnet.Net, _ *rand.Rand) {
+				a := n.MakeByzantine(1, simnet.Lies(simnet.LieUndecidingNewView))
+				a.Injectors = append(a.Injectors, simnet.ServeFakes())
+			},
+			check: func(t *testing.T, n *simnet.Net) {
+				noFake(t, n)
+				if sent, taken := n.Adversary(1).Undecided(); taken > 0 {
+					t.Fatalf("correct replicas took %d of the %d new views sent that leave a slot undecided", taken, sent)
+				}
+			}},
+		// As new primary, new views whose pre-prepares do not follow from
+		// their view changes.
+		{name: "WrongNewView", seeds: seedRange(2450, 8), net: with(allNet, func(c *chaos) { c.partitionVictim = 0 }),
+			setup: func(n *simnet.Net, _ *rand.Rand) { n.MakeByzantine(1, simnet.Lies(simnet.LieWrongNewView)) },
+			check: noEvil},
+		// n=7, f=2: two colluding liars claim the same batch nobody
+		// proposed at the same slots, prepared in the highest view, and
+		// raise what they accepted: two claims are still fewer than f+1.
+		{name: "N7CollidingClaims", n: 7, seeds: seedRange(2460, 6), net: with(allNet, func(c *chaos) { c.partitionVictim = 0 }),
+			setup: func(n *simnet.Net, _ *rand.Rand) {
+				for _, id := range []bft.ReplicaID{1, 2} {
+					a := n.MakeByzantine(id, simnet.Lies(simnet.LieFakePrepared, simnet.LieRaisedPrepared, simnet.LieUndecidingNewView))
+					a.Injectors = append(a.Injectors, simnet.ServeFakes())
+				}
+			},
+			check: func(t *testing.T, n *simnet.Net) {
+				noFake(t, n)
+				for _, id := range []bft.ReplicaID{1, 2} {
+					if sent, taken := n.Adversary(id).Undecided(); taken > 0 {
+						t.Fatalf("correct replicas took %d of the %d new views replica %d sent that leave a slot undecided", taken, sent, id)
+					}
+				}
+			}},
 		// A correct replica lags (see chaos.lag): it knows certified
 		// checkpoints above its state and votes above them. The
 		// Byzantine replica omits every certificate from its view

@@ -53,20 +53,22 @@
 // A replica message whose Replica field differs from it is forged
 // (ErrForged); the exception is NewView, which any replica may forward
 // because its primary's signature and the signatures inside prove it.
-// Signatures (Authenticator.Sign and Verify) are checked on everything
-// forwardable: pre-prepares, prepares, checkpoints, view changes, new
-// views and every certificate inside them, before they are used (a
-// prepare that arrives after its slot prepared is not used, so not
-// verified: it is only noted as received). Commits and fetch requests
-// rely on the link. A client link may carry the requests of several
+// Signatures (Authenticator.Sign and Verify) are made and checked only on
+// what is forwarded as proof: checkpoints, view changes and new views, and
+// the checkpoint certificates inside them. Pre-prepares, prepares,
+// commits and fetch requests are never forwarded and rely on the link: a
+// view change reports, under its sender's signature, what the sender
+// prepared and accepted, and the new-view rule needs no proof of it
+// (docs/bft.md, "View change"). A client link may carry the requests of several
 // clients, e.g. a proxy or a multiplexing client process; each request's
 // authenticator proves its client (a request of a client other than the
 // link's is verified before anything else is done with it, even resending
 // a reply). Requests are checked with Authenticator.VerifyRequest when
 // they arrive and inside every pre-prepare (a pre-prepare holding a
 // request whose authenticator fails for this replica is rejected), except
-// the pre-prepares of a new view, whose batches are covered by the prepared
-// certificates (2f+1 replicas accepted them). Batches are checked against
+// the pre-prepares of a new view, which re-propose a batch only if f+1
+// view changes claim to have accepted it, so a correct replica accepted
+// it and checked its requests then. Batches are checked against
 // BatchDigest (time included) and state against the certified checkpoint
 // digest (agreed time, reply cache and application snapshot).
 //
@@ -80,9 +82,10 @@
 // later one's) and within Config.MaxClockSkew of its own clock, so a
 // primary with a wrong clock, or one that lies, is not prepared and the
 // request timers replace it. The time is part of the batch digest (so
-// prepares and commits agree on it), of the signed pre-prepare, of every
-// prepared certificate and new view (re-proposed batches keep their
-// times; null batches carry 0 and leave the agreed time as it was), of
+// prepares and commits agree on it), so of every claim a view change
+// makes (a re-proposed batch keeps its time: a new view's pre-prepares
+// carry 0, and the batch, held or fetched, brings the time its digest
+// binds; null batches leave the agreed time as it was), of
 // the durable records (recovery replays the same times) and of every
 // checkpoint (the agreed time is replicated state: a batch executes at
 // the larger of its time and the one before).

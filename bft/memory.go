@@ -23,13 +23,11 @@ func reqMem(req *Request) int { return reqOverhead + len(req.Op) + len(req.Auth)
 func msgMem(m Message) int {
 	switch m := m.(type) {
 	case *PrePrepare:
-		n := msgOverhead + len(m.Sig)
+		n := msgOverhead
 		for i := range m.Batch {
 			n += reqMem(&m.Batch[i])
 		}
 		return n
-	case *Prepare:
-		return msgOverhead + len(m.Sig)
 	}
 	return msgOverhead
 }

@@ -145,28 +145,27 @@ type FetchNotes struct {
 // the time they execute at, to a sequence number in a view. Time is the
 // proposed agreed time in nanoseconds since the Unix epoch (see
 // ExecContext.Time): the primary's clock, never below the time of the
-// slot before; 0 only in the null pre-prepares of a new view. Digest is
-// BatchDigest(Time, Batch), so prepares and commits agree on the time as
-// well as the batch. Sig is the primary's signature, so the pre-prepare
-// can be forwarded as part of a prepared certificate in a view change.
+// slot before; 0 in the pre-prepares of a new view, whose batches bring
+// their times (Digest binds them). Digest is BatchDigest(Time, Batch),
+// so prepares and commits agree on the time as well as the batch. It
+// carries no signature: it is never forwarded as proof, and the link's
+// MAC authenticates its sender (see ViewChange for what a view change
+// reports instead).
 type PrePrepare struct {
 	View   uint64
 	Seq    uint64
 	Time   uint64
 	Digest Digest
 	Batch  []Request
-	Sig    []byte
 }
 
-// Prepare is a backup's agreement with a pre-prepare. It is signed, so
-// 2f of them, with the pre-prepare, form a prepared certificate that can
-// be forwarded in a view change.
+// Prepare is a backup's agreement with a pre-prepare. Like a commit it
+// is never forwarded, so the link's MAC authenticates it.
 type Prepare struct {
 	View    uint64
 	Seq     uint64
 	Digest  Digest
 	Replica ReplicaID
-	Sig     []byte
 }
 
 // Commit says a replica has prepared the batch. It is not forwarded, so
@@ -189,34 +188,52 @@ type Checkpoint struct {
 	Sig     []byte
 }
 
-// PreparedCert proves that a batch prepared at a sequence number: the
-// primary's signed pre-prepare and 2f signed prepares from distinct
-// backups, all for the same view, sequence number and digest. In a view
-// change the pre-prepare carries no batch, only its digest (which the
-// signature covers): a replica that needs the batch fetches it (see
-// FetchBatch).
-type PreparedCert struct {
-	PrePrepare PrePrepare
-	Prepares   []Prepare
+// Claim is one line of a view change's report on a sequence number: the
+// batch with digest Digest at sequence number Seq, in view View.
+type Claim struct {
+	View   uint64
+	Seq    uint64
+	Digest Digest
 }
 
 // ViewChange is a replica's vote to move to view View. It carries the
-// proof of the highest stable checkpoint it knows and a prepared
-// certificate (without batch) for every sequence number above it that
-// prepared at this replica, so the new primary can re-propose them and no
-// committed request is lost.
+// proof of the highest stable checkpoint it knows and, signed by the
+// replica, what the replica itself did at every sequence number above
+// it (within the watermark window), so the new primary can re-propose
+// what may have committed:
+//
+//   - Prepared (P): for each sequence number at which this replica
+//     prepared a batch (sent a commit), the one of the highest view, at
+//     most one claim a sequence number, in increasing sequence order;
+//   - PrePrepared (Q): for each sequence number, the pre-prepares it
+//     accepted (as primary: sent), one claim per digest with the highest
+//     view it accepted that digest in, at most MaxPrePrepared a sequence
+//     number (those of the highest views, never the digest of its P
+//     claim), in increasing sequence order and, within one, decreasing
+//     view order (then increasing digest order).
+//
+// These are claims, not certificates: a Byzantine replica can claim
+// anything, and the new-view rule (see docs/bft.md) needs 2f+1 view
+// changes to agree before it drops a claim and f+1 to support one
+// before it re-proposes it.
 type ViewChange struct {
-	View      uint64
-	StableSeq uint64
-	Stable    []Checkpoint
-	Prepared  []PreparedCert
-	Replica   ReplicaID
-	Sig       []byte
+	View        uint64
+	StableSeq   uint64
+	Stable      []Checkpoint
+	Prepared    []Claim
+	PrePrepared []Claim
+	Replica     ReplicaID
+	Sig         []byte
 }
 
-// NewView is the new primary's announcement of view View: the 2f+1 view
-// changes it is based on, and the pre-prepares for the new view that
-// every replica can recompute from them and check. The pre-prepares carry
+// MaxPrePrepared bounds a view change's Q claims per sequence number.
+// Dropping claims is always safe; what it can cost liveness, and when,
+// is in docs/bft.md ("Why a correct primary decides every slot").
+const MaxPrePrepared = 4
+
+// NewView is the new primary's announcement of view View: the view
+// changes it is based on (at least 2f+1, at most n), and the pre-prepares
+// for the new view that every replica can recompute from them and check. The pre-prepares carry
 // digests, not batches: a replica that lacks a batch fetches it from the
 // replicas that vouched for it (see FetchBatch).
 type NewView struct {
@@ -269,8 +286,7 @@ type Chunk struct {
 // FetchBatch asks a replica for the batch with digest Digest at sequence
 // number Seq: sent by a replica that entered a new view whose pre-prepare
 // for Seq names a batch it does not hold, to a replica that vouched for
-// that batch (its view change held a certificate for it, or it signed
-// one).
+// that batch (its view change claimed to have prepared or accepted it).
 type FetchBatch struct {
 	Seq     uint64
 	Digest  Digest
@@ -330,5 +346,5 @@ func BatchDigest(time uint64, batch []Request) Digest {
 }
 
 // nullDigest is the digest of the null batch a new view puts in the slots
-// no prepared certificate covers.
+// where nothing can have committed.
 var nullDigest = BatchDigest(0, nil)

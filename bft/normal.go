@@ -1,6 +1,7 @@
 package bft
 
 import (
+	"bytes"
 	"fmt"
 	"sort"
 )
@@ -22,7 +23,7 @@ func (r *Replica) admitView(src ReplicaID, v uint64, m Message) error {
 	if v-r.view > viewHorizon {
 		return fmt.Errorf("%w: view %d beyond horizon of view %d", ErrWatermark, v, r.view)
 	}
-	if err := r.checkSigned(src, m); err != nil {
+	if err := r.checkBatchOf(m); err != nil {
 		return err
 	}
 	size := msgMem(m)
@@ -34,16 +35,15 @@ func (r *Replica) admitView(src ReplicaID, v uint64, m Message) error {
 	return errBuffered
 }
 
-// checkSigned checks what a normal-case message can be checked for in any
-// view: a pre-prepare's batch bounds, digest and signature, a prepare's
-// signature. (A commit carries no signature: the link authenticates it.)
+// checkBatchOf checks what a normal-case message can be checked for in
+// any view: a pre-prepare's batch bounds and digest. (Normal-case
+// messages carry no signatures: the link authenticates their sender.)
 // Future-view messages pass it before they are buffered, so that a
 // Byzantine sender cannot fill the buffer with what would be rejected
 // anyway; a batch's request authenticators are checked when the
 // pre-prepare is used.
-func (r *Replica) checkSigned(src ReplicaID, m Message) error {
-	switch m := m.(type) {
-	case *PrePrepare:
+func (r *Replica) checkBatchOf(m Message) error {
+	if m, ok := m.(*PrePrepare); ok {
 		if len(m.Batch) == 0 {
 			// Null batches come only in new views; an empty one with a
 			// time would never execute (its batch looks missing).
@@ -54,13 +54,6 @@ func (r *Replica) checkSigned(src ReplicaID, m Message) error {
 		}
 		if BatchDigest(m.Time, m.Batch) != m.Digest {
 			return fmt.Errorf("%w: pre-prepare digest does not match its batch", ErrForged)
-		}
-		if !r.cfg.Auth.Verify(src, m, m.Sig) {
-			return fmt.Errorf("%w: pre-prepare signature", ErrForged)
-		}
-	case *Prepare:
-		if !r.cfg.Auth.Verify(src, m, m.Sig) {
-			return fmt.Errorf("%w: prepare signature of replica %d", ErrForged, src)
 		}
 	}
 	return nil
@@ -119,7 +112,7 @@ func (r *Replica) onPrePrepare(src ReplicaID, pp *PrePrepare) error {
 		}
 		return fmt.Errorf("%w: view %d seq %d", ErrEquivocation, pp.View, pp.Seq)
 	}
-	if err := r.checkSigned(src, pp); err != nil {
+	if err := r.checkBatchOf(pp); err != nil {
 		return err
 	}
 	for i := range pp.Batch {
@@ -140,9 +133,12 @@ func (r *Replica) onPrePrepare(src ReplicaID, pp *PrePrepare) error {
 }
 
 // acceptPrePrepare binds pp to its slot in the current view; a backup
-// then prepares it.
+// then prepares it. The record persisted here is what Recover rebuilds
+// the slot's accepted claims from (see noteAccepted), durable before the
+// prepare that promises them is sent.
 func (r *Replica) acceptPrePrepare(e *entry, pp *PrePrepare) {
 	e.pp, e.ppAt = pp, r.now
+	noteAccepted(e, pp.View, pp.Digest)
 	r.persist(RecPrePrepare, pp)
 	if pp.Seq > r.nextSeq {
 		r.nextSeq = pp.Seq
@@ -154,7 +150,6 @@ func (r *Replica) acceptPrePrepare(e *entry, pp *PrePrepare) {
 	}
 	if !r.isPrimary() && r.view >= r.votesFrom { // see lazyVotes
 		p := &Prepare{View: pp.View, Seq: pp.Seq, Digest: pp.Digest, Replica: r.id}
-		p.Sig = r.cfg.Auth.Sign(p)
 		e.prepares[r.id] = p
 		r.persist(RecPrepare, p)
 		r.broadcast(p)
@@ -178,19 +173,11 @@ func (r *Replica) onPrepare(src ReplicaID, p *Prepare) error {
 		r.answerLaggard(src, e)
 		return fmt.Errorf("%w: prepare of replica %d for seq %d", ErrDuplicate, src, p.Seq)
 	}
+	e.prepares[src] = p
 	if e.prepared {
-		// The slot's prepared certificate is fixed: this prepare would
-		// not be used, so its signature is not worth checking. Only the
-		// sender is remembered (nil), so a retransmission of it is
-		// recognized as one.
-		e.prepares[src] = nil
 		r.lateVote(src, e)
 		return nil
 	}
-	if !r.cfg.Auth.Verify(src, p, p.Sig) {
-		return fmt.Errorf("%w: prepare signature of replica %d", ErrForged, src)
-	}
-	e.prepares[src] = p
 	r.checkPrepared(e)
 	return nil
 }
@@ -204,35 +191,70 @@ func (r *Replica) checkPrepared(e *entry) {
 	c := &Commit{View: e.view, Seq: e.seq, Digest: e.pp.Digest, Replica: r.id}
 	e.commits[r.id] = c.Digest
 	e.sentCommit = true
-	r.persistVotes(e, c)
+	r.persist(RecCommit, c)
 	r.broadcast(c)
 	r.checkCommitted(e)
 }
 
-// sealPrepared makes slot e prepared, with its certificate, if its
-// pre-prepare has 2f matching prepares from distinct backups; it reports
-// whether the slot just prepared.
+// sealPrepared makes slot e prepared if its pre-prepare has 2f matching
+// prepares from distinct backups; it reports whether the slot just
+// prepared. The slot's P claim (prep) becomes this pre-prepare: its
+// view is the highest yet, since a slot prepares at most once a view
+// and views only grow. No prepare is kept as proof: the view change
+// reports the claim under this replica's own signature.
 func (r *Replica) sealPrepared(e *entry) bool {
 	if e.prepared || e.pp == nil {
 		return false
 	}
 	prim := r.primary(e.view)
-	var match []Prepare
+	match := 0
 	for id, p := range e.prepares {
-		if p != nil && id != prim && p.Digest == e.pp.Digest {
-			match = append(match, *p)
+		if id != prim && p.Digest == e.pp.Digest {
+			match++
 		}
 	}
-	if len(match) < r.q-1 {
+	if match < r.q-1 {
 		return false
 	}
-	// Keep exactly 2f prepares, ordered, so certificates are small and
-	// identical inputs give identical messages.
-	sort.Slice(match, func(i, j int) bool { return match[i].Replica < match[j].Replica })
-	e.prepared = true
-	e.cert = &PreparedCert{PrePrepare: *e.pp, Prepares: match[:r.q-1]}
-	r.readTop = max(r.readTop, e.seq)
+	r.markPrepared(e)
 	return true
+}
+
+// markPrepared records that slot e's pre-prepare prepared here.
+func (r *Replica) markPrepared(e *entry) {
+	e.prepared = true
+	e.prep = e.pp
+	r.readTop = max(r.readTop, e.seq)
+}
+
+// noteAccepted adds to slot e's accepted claims the pre-prepare of view
+// v for digest d: one claim per digest, with the highest view it was
+// accepted in, at most MaxPrePrepared of them, those of the highest
+// views (the digest of the slot's P claim is never dropped; it is the
+// one a view change needs most, see docs/bft.md). Dropping a claim never
+// endangers safety: a claim only ever helps a digest be re-proposed.
+func noteAccepted(e *entry, v uint64, d Digest) {
+	found := false
+	for i := range e.accepted {
+		if e.accepted[i].Digest == d {
+			e.accepted[i].View = max(e.accepted[i].View, v)
+			found = true
+		}
+	}
+	if !found {
+		e.accepted = append(e.accepted, Claim{View: v, Seq: e.seq, Digest: d})
+	}
+	sort.Slice(e.accepted, func(i, j int) bool {
+		a, b := &e.accepted[i], &e.accepted[j]
+		return a.View > b.View || (a.View == b.View && bytes.Compare(a.Digest[:], b.Digest[:]) < 0)
+	})
+	for len(e.accepted) > MaxPrePrepared {
+		drop := len(e.accepted) - 1
+		if e.prep != nil && e.accepted[drop].Digest == e.prep.Digest {
+			drop--
+		}
+		e.accepted = append(e.accepted[:drop], e.accepted[drop+1:]...)
+	}
 }
 
 func (r *Replica) onCommit(src ReplicaID, c *Commit) error {

@@ -9,11 +9,16 @@ type RecordKind uint8
 const (
 	// RecPrePrepare: a pre-prepare this replica accepted in its view,
 	// batch included (as primary: one it proposed). Msg is *PrePrepare.
+	// The records of a slot rebuild the Q claims of its view changes
+	// (the digests it accepted, with the highest view of each); in a
+	// snapshot, a claim whose pre-prepare is no longer the slot's
+	// current one is a record without batch.
 	RecPrePrepare RecordKind = iota + 1
-	// RecPrepare: this replica's prepare, or one of the 2f prepares of a
-	// prepared certificate it formed. Msg is *Prepare.
+	// RecPrepare: this replica's prepare. Msg is *Prepare.
 	RecPrepare
-	// RecCommit: this replica's commit. Msg is *Commit.
+	// RecCommit: this replica's commit, which it sends once the slot
+	// prepared here: so the record of the highest view is the slot's P
+	// claim. Msg is *Commit.
 	RecCommit
 	// RecCommitted: the slot committed here, in Msg's view with Msg's
 	// digest (its batch is that of the slot's pre-prepare). Msg is
@@ -21,23 +26,22 @@ const (
 	//
 	// It goes in Ready.Deferred: the reply need not wait for it to be
 	// durable, and a crash may lose it. The reply is sent once 2f+1
-	// replicas sent commits for the slot, and each persisted the prepared
-	// certificate (pre-prepare and prepares) and its commit before
-	// sending that commit (Ready.Persist). So f+1 correct replicas hold
-	// the certificate on their disks: every view change quorum includes
-	// one, and no other batch can commit at that sequence number, however
-	// many replicas crash. A replica that lost the record recovers the
-	// slot prepared, with its own commit, and commits it again (on the
-	// commits that retransmission or the other replicas' help brings, or
-	// in a later view that carries the certificate). It then executes the
+	// replicas sent commits for the slot, and each persisted the
+	// pre-prepare and its commit before sending that commit
+	// (Ready.Persist). So f+1 correct replicas hold
+	// their P claim for it on their disks: every view change quorum
+	// includes one, and no other batch can commit at that sequence
+	// number, however many replicas crash. A replica that lost the
+	// record recovers the slot prepared, with its own commit, and
+	// commits it again (on the commits that retransmission or the other
+	// replicas' help brings, or in a later view that re-proposes it). It then executes the
 	// same batches in the same order, and execution is deterministic:
 	// the digest covers the batch and its proposed time, from which the
 	// agreed time follows, and the reply cache is state built by
 	// execution. So its state and replies agree with what clients were
 	// told. Reads stay linearizable: a replica that sent a commit for
 	// the slot answers no read before it executed the slot again
-	// (Recover puts the slot's durable prepared certificate under
-	// readHorizon). What the record buys is
+	// (Recover puts the slot's durable commit under readHorizon). What the record buys is
 	// speed: a recovered replica re-executes the slot at once instead of
 	// after the network; and the state a checkpoint of this replica
 	// vouches for, which the sync before the checkpoint is sent makes
@@ -52,8 +56,7 @@ const (
 	// state it holds, by its certificate. Msg is *State, with Seq and
 	// Stable only. The replica votes in the window above it, and its
 	// view changes report it, so after a restart they must still: a
-	// view change's prepared certificates must fit above the checkpoint
-	// it reports.
+	// view change's claims must fit above the checkpoint it reports.
 	RecStable
 	// RecCheckpoint: this replica's own signed checkpoint. Msg is
 	// *Checkpoint. Recover needs nothing of it: it is there so that the
@@ -95,21 +98,6 @@ func (r *Replica) persist(k RecordKind, m Message) {
 	default:
 		r.durable = append(r.durable, Record{Kind: k, Msg: m})
 	}
-}
-
-// persistVotes records what forming slot e's prepared certificate made
-// this replica send and rely on: the certificate's prepares and its
-// commit.
-func (r *Replica) persistVotes(e *entry, c *Commit) {
-	if !r.cfg.Persist {
-		return
-	}
-	for i := range e.cert.Prepares {
-		if p := &e.cert.Prepares[i]; p.Replica != r.id {
-			r.persist(RecPrepare, p)
-		}
-	}
-	r.persist(RecCommit, c)
 }
 
 // takeDurable returns what Ready must make durable and clears it: the
@@ -187,9 +175,10 @@ func (r *Replica) lazyVotes(recs []Record) bool {
 }
 
 // liveRecords lists the records that describe this replica's state above
-// its stable checkpoint: its view, then per slot the prepared certificate
-// of an earlier view, the current view's pre-prepare and votes, and
-// whether it committed.
+// its stable checkpoint: its view, then per slot, in increasing view
+// order, the pre-prepares it accepted in earlier views (without batch,
+// except the one it prepared, followed by its commit), then the current
+// view's pre-prepare and own votes, and whether it committed.
 func (r *Replica) liveRecords() []Record {
 	var recs []Record
 	add := func(k RecordKind, m Message) { recs = append(recs, Record{Kind: k, Msg: m}) }
@@ -204,23 +193,29 @@ func (r *Replica) liveRecords() []Record {
 	}
 	for _, s := range r.sortedSeqs(r.low) {
 		e := r.log[s]
-		if c := e.cert; c != nil && (e.pp == nil || c.PrePrepare.View != e.view) {
-			add(RecPrePrepare, &c.PrePrepare)
-			for i := range c.Prepares {
-				add(RecPrepare, &c.Prepares[i])
+		cur := e.pp != nil
+		// Earlier views' pre-prepares: what the Q and P claims need.
+		var old []*PrePrepare
+		if p := e.prep; p != nil && (!cur || p.View != e.view) {
+			old = append(old, p)
+		}
+		for _, c := range e.accepted {
+			if (cur && c.View == e.view) || (e.prep != nil && c.View == e.prep.View && c.Digest == e.prep.Digest) {
+				continue
+			}
+			old = append(old, &PrePrepare{View: c.View, Seq: s, Digest: c.Digest})
+		}
+		sort.Slice(old, func(i, j int) bool { return old[i].View < old[j].View })
+		for _, p := range old {
+			add(RecPrePrepare, p)
+			if p == e.prep {
+				add(RecCommit, &Commit{View: p.View, Seq: s, Digest: p.Digest, Replica: r.id})
 			}
 		}
-		if e.pp != nil {
+		if cur {
 			add(RecPrePrepare, e.pp)
-			ids := make([]int, 0, len(e.prepares))
-			for id, p := range e.prepares {
-				if p != nil {
-					ids = append(ids, int(id))
-				}
-			}
-			sort.Ints(ids)
-			for _, id := range ids {
-				add(RecPrepare, e.prepares[ReplicaID(id)])
+			if p := e.prepares[r.id]; p != nil {
+				add(RecPrepare, p)
 			}
 			if e.sentCommit {
 				add(RecCommit, &Commit{View: e.view, Seq: s, Digest: e.pp.Digest, Replica: r.id})

@@ -74,7 +74,6 @@ func (s *solo) prePrepare(seq uint64, op string) *bft.PrePrepare {
 	s.keys.SignRequest(&req)
 	pp := &bft.PrePrepare{View: 0, Seq: seq, Time: uint64(time.Now().UnixNano()), Batch: []bft.Request{req}}
 	pp.Digest = bft.BatchDigest(pp.Time, pp.Batch)
-	pp.Sig = s.keys.MAC(0, pp)
 	return pp
 }
 
@@ -169,7 +168,6 @@ func TestLostVoteMutesView(t *testing.T) {
 	}
 	for _, from := range []bft.ReplicaID{2, 3} {
 		p := &bft.Prepare{View: 0, Seq: 2, Digest: ppB.Digest, Replica: from}
-		p.Sig = keys.MAC(from, p)
 		if err := rec.step(from, p); err != nil {
 			t.Fatal(err)
 		}
@@ -228,9 +226,9 @@ func TestRecoverAllReplicas(t *testing.T) { recoverAll(t, false) }
 // record not synced (Ready.Deferred since the last Persist: the
 // committed slots, which the driver does not sync before the replies,
 // and votes sent before their sync), so every slot committed and replied
-// since then must commit again from the prepared certificates and votes
-// on the disks: the same checks hold, and the replicas execute those
-// slots again to the same results.
+// since then must commit again from the pre-prepares and votes on the
+// disks (the P claims of view changes): the same checks hold, and the
+// replicas execute those slots again to the same results.
 func TestRecoverAllReplicasLosingCommitted(t *testing.T) { recoverAll(t, true) }
 
 func recoverAll(t *testing.T, loseCommitted bool) {

@@ -3,7 +3,7 @@ package bft
 import "fmt"
 
 // Read-only requests (see Querier). A replica answers one from its state
-// once it executed every slot it holds a prepared certificate for, or a
+// once it executed every slot it prepared (sent a commit for) or saw
 // commit, and is not behind a stable checkpoint it knows of: the read's
 // horizon, fixed when the read arrives. Until then the read waits, at most
 // MaxReads of them, one per client (a client's later read replaces its

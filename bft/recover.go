@@ -10,9 +10,9 @@ import (
 // after it, in order. It must be called on a replica fresh from
 // NewReplica, before any Step or Tick. It restores the checkpoint's
 // application state and reply cache, the view (entered, or being changed
-// to), the accepted pre-prepares, the votes this replica sent and its
-// prepared certificates, then executes the committed slots above the
-// checkpoint in order; the replica catches up on the rest over the
+// to), the accepted pre-prepares (its Q claims), the votes this replica
+// sent (its commits are its P claims), then executes the committed slots
+// above the checkpoint in order; the replica catches up on the rest over the
 // network. Having its votes back, it never votes differently for a
 // slot of a view it already voted in. Records are trusted (they are this
 // replica's own); an error means they contradict each other and the
@@ -43,17 +43,12 @@ func (r *Replica) Recover(snap *Snapshot, recs []Record) error {
 			r.votesFrom = r.view
 		}
 	}
-	for s, e := range r.log {
+	// A slot is prepared here exactly when its commit was recorded
+	// (replay): the prepares that made it so are not persisted, and the
+	// commit record is durable before the commit is sent.
+	for s := range r.log {
 		if s <= r.low {
 			delete(r.log, s)
-			continue
-		}
-		r.sealPrepared(e)
-		if e.prepared && e.view == r.view && !e.sentCommit {
-			// Sending a commit for a slot that prepared is always
-			// allowed; the crash came between the two.
-			e.sentCommit = true
-			e.commits[r.id] = e.pp.Digest
 		}
 	}
 	r.lastStable = r.low
@@ -143,6 +138,9 @@ func (r *Replica) replay(rec Record) error {
 				r.nextSeq = max(r.nextSeq, m.Seq)
 			}
 		}
+		if e := r.log[m.Seq]; e != nil {
+			noteAccepted(e, m.View, m.Digest)
+		}
 		return nil
 	case *Prepare:
 		if rec.Kind != RecPrepare {
@@ -162,6 +160,9 @@ func (r *Replica) replay(rec Record) error {
 				e.commits[r.id] = m.Digest
 				e.sentCommit = true
 				r.readTop = max(r.readTop, m.Seq)
+				if e.pp != nil && e.pp.Digest == m.Digest && (e.prep == nil || e.prep.View <= m.View) {
+					r.markPrepared(e)
+				}
 			}
 			return nil
 		case RecCommitted:
@@ -172,9 +173,8 @@ func (r *Replica) replay(rec Record) error {
 }
 
 // replayEntry returns seq's slot for a record of view v: a record of a
-// later view than the slot's seals the slot's prepared certificate and
-// starts the new view's votes; a record of an earlier view is obsolete
-// (nil).
+// later view than the slot's starts the new view's votes; a record of an
+// earlier view is obsolete (nil).
 func (r *Replica) replayEntry(seq, v uint64) *entry {
 	e := r.log[seq]
 	if e == nil {
@@ -185,7 +185,6 @@ func (r *Replica) replayEntry(seq, v uint64) *entry {
 		return nil
 	}
 	if e.prepares == nil || e.view < v {
-		r.sealPrepared(e)
 		e.view, e.pp = v, nil
 		e.prepares = make(map[ReplicaID]*Prepare)
 		e.commits = make(map[ReplicaID]Digest)
@@ -195,17 +194,17 @@ func (r *Replica) replayEntry(seq, v uint64) *entry {
 }
 
 // replayCommitted marks a slot committed, with the batch of its
-// pre-prepare or prepared certificate of that digest.
+// pre-prepare or prepared pre-prepare of that digest.
 func (r *Replica) replayCommitted(c *Commit) error {
 	e := r.log[c.Seq]
 	var batch []Request
 	var t uint64
 	switch {
 	case e == nil:
-	case e.pp != nil && e.pp.Digest == c.Digest:
+	case e.pp != nil && e.pp.Digest == c.Digest && (len(e.pp.Batch) > 0 || e.prep == nil || e.prep.Digest != c.Digest):
 		batch, t = e.pp.Batch, e.pp.Time
-	case e.cert != nil && e.cert.PrePrepare.Digest == c.Digest:
-		batch, t = e.cert.PrePrepare.Batch, e.cert.PrePrepare.Time
+	case e.prep != nil && e.prep.Digest == c.Digest:
+		batch, t = e.prep.Batch, e.prep.Time
 	default:
 		e = nil
 	}

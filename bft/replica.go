@@ -158,18 +158,21 @@ type entry struct {
 	seq  uint64
 	view uint64 // the view the votes below are for
 	pp   *PrePrepare
-	// One vote per replica per view: the first one counts. A prepare
-	// that arrives once the slot prepared is not used (nor verified):
-	// its sender maps to nil.
+	// One vote per replica per view: the first one counts.
 	prepares   map[ReplicaID]*Prepare
 	commits    map[ReplicaID]Digest
 	prepared   bool
 	sentCommit bool
 	ppAt       uint64 // the tick this replica took pp
 	resent     bool   // tickResend resent our messages for it in this view
-	// Kept across views: the highest-view prepared certificate (for view
-	// changes) and, once committed, the batch to execute.
-	cert        *PreparedCert
+	// Kept across views, for view changes: prep is the pre-prepare of
+	// the highest view that prepared here (this replica sent a commit
+	// for it; its batch may be missing, see batchfetch.go), accepted the
+	// pre-prepares it accepted or sent, one per digest with the highest
+	// view, at most MaxPrePrepared of the highest views, highest first
+	// (see noteAccepted). And, once committed, the batch to execute.
+	prep        *PrePrepare
+	accepted    []Claim
 	committed   bool
 	committedAt uint64 // the tick it committed at
 	cView       uint64
@@ -191,12 +194,12 @@ type entry struct {
 type Ready struct {
 	// Persist lists what must be durable before Messages are sent: the
 	// view this replica moved to (its view change) or entered (the new
-	// view), the pre-prepares it accepted, with their batches, the votes
-	// it sent and the prepares of the certificates it formed. Empty
-	// without Config.Persist. When a Ready's only such records are
-	// pre-prepares and this replica's own prepares in its current view,
-	// they come in Deferred instead: they must be durable before the
-	// slot's commit is sent, not before they are (see lazyVotes).
+	// view), the pre-prepares it accepted, with their batches, and the
+	// votes it sent (its commits say what it prepared). Empty without
+	// Config.Persist. When a Ready's only such records are pre-prepares
+	// and this replica's own prepares in its current view, they come in
+	// Deferred instead: they must be durable before the slot's commit is
+	// sent, not before they are (see lazyVotes).
 	Persist []Record
 	// Deferred lists the slots that committed here (RecCommitted), and
 	// votes that need no sync yet (see Persist): to persist after

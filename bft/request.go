@@ -263,7 +263,7 @@ func (r *Replica) onRequest(req *Request, fromClient, authFirst bool) error {
 // send, because it refused a pre-prepare of its view for the time it
 // proposes within the last timeout (an old slot resent, too far from its
 // clock, that too few peers vouch for), the waiting request is timed
-// after all: only a view change, whose certificates need no clock, brings
+// after all: only a view change, whose re-proposals need no clock, brings
 // those slots.
 func (r *Replica) tickRequestTimer() bool {
 	if r.view != r.timedView {
@@ -330,7 +330,6 @@ func (r *Replica) propose(force bool) {
 		r.batchTimer = 0
 		t := r.proposeTime(seq)
 		pp := &PrePrepare{View: r.view, Seq: seq, Time: t, Digest: BatchDigest(t, batch), Batch: batch}
-		pp.Sig = r.cfg.Auth.Sign(pp)
 		r.broadcast(pp)
 		r.acceptPrePrepare(r.entryFor(seq), pp)
 	}

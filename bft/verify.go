@@ -3,6 +3,7 @@ package bft
 import (
 	"bytes"
 	"fmt"
+	"slices"
 )
 
 // verifyCheckpointCert checks a stable checkpoint certificate: a quorum
@@ -30,51 +31,25 @@ func (r *Replica) verifyCheckpointCert(seq uint64, cert []Checkpoint) (Digest, e
 	return d, nil
 }
 
-// verifyPreparedCert checks a prepared certificate for a view below
-// below: the primary's signed pre-prepare, without a batch (its digest
-// stands for it), and 2f signed matching prepares from distinct backups.
-func (r *Replica) verifyPreparedCert(c *PreparedCert, below uint64) error {
-	pp := &c.PrePrepare
-	if pp.View >= below {
-		return fmt.Errorf("%w: prepared certificate of view %d in a view change to %d", ErrForged, pp.View, below)
-	}
-	if len(c.Prepares) < r.q-1 || len(c.Prepares) > r.n {
-		return fmt.Errorf("%w: prepared certificate with %d prepares", ErrForged, len(c.Prepares))
-	}
-	if len(pp.Batch) != 0 {
-		return fmt.Errorf("%w: prepared certificate for seq %d carries a batch", ErrInvalid, pp.Seq)
-	}
-	prim := r.primary(pp.View)
-	seen := map[ReplicaID]bool{}
-	for i := range c.Prepares {
-		p := &c.Prepares[i]
-		if p.View != pp.View || p.Seq != pp.Seq || p.Digest != pp.Digest || uint64(p.Replica) >= uint64(r.n) || p.Replica == prim || seen[p.Replica] {
-			return fmt.Errorf("%w: prepared certificate for seq %d holds a mismatched prepare", ErrForged, pp.Seq)
-		}
-		seen[p.Replica] = true
-	}
-	if !r.cfg.Auth.Verify(prim, pp, pp.Sig) {
-		return fmt.Errorf("%w: prepared certificate pre-prepare signature", ErrForged)
-	}
-	for i := range c.Prepares {
-		p := &c.Prepares[i]
-		if !r.cfg.Auth.Verify(p.Replica, p, p.Sig) {
-			return fmt.Errorf("%w: prepared certificate prepare signature of replica %d", ErrForged, p.Replica)
-		}
-	}
-	return nil
-}
-
-// verifyViewChange checks everything a view change claims: its signature,
-// its stable checkpoint certificate and every prepared certificate. A
-// replica that lies anywhere in it has the whole message ignored.
+// verifyViewChange checks everything a view change claims that can be
+// checked: its signature, its stable checkpoint certificate, and that its
+// claims are well formed: of views below its own, above its checkpoint
+// and within L of it, P claims one per sequence number, Q claims at most
+// MaxPrePrepared per sequence number with distinct digests, both in the
+// order ViewChange documents (so that one set of claims has one
+// encoding). A replica that lies anywhere it can be caught has the whole
+// message ignored; what it claims to have prepared or accepted cannot be
+// checked, and the new-view rule does not need it to be.
 func (r *Replica) verifyViewChange(vc *ViewChange) error {
 	if vc.View == 0 || uint64(vc.Replica) >= uint64(r.n) {
 		return fmt.Errorf("%w: view change to view %d by replica %d", ErrInvalid, vc.View, vc.Replica)
 	}
 	L := r.cfg.WatermarkWindow
-	if uint64(len(vc.Prepared)) > L {
-		return fmt.Errorf("%w: view change with %d prepared certificates", ErrInvalid, len(vc.Prepared))
+	if uint64(len(vc.Prepared)) > L || uint64(len(vc.PrePrepared)) > MaxPrePrepared*L {
+		return fmt.Errorf("%w: view change with %d P and %d Q claims", ErrInvalid, len(vc.Prepared), len(vc.PrePrepared))
+	}
+	if err := r.checkClaims(vc); err != nil {
+		return fmt.Errorf("view change of replica %d: %w", vc.Replica, err)
 	}
 	if !r.cfg.Auth.Verify(vc.Replica, vc, vc.Sig) {
 		return fmt.Errorf("%w: view change signature of replica %d", ErrForged, vc.Replica)
@@ -86,15 +61,43 @@ func (r *Replica) verifyViewChange(vc *ViewChange) error {
 	} else if _, err := r.verifyCheckpointCert(vc.StableSeq, vc.Stable); err != nil {
 		return fmt.Errorf("view change of replica %d: %w", vc.Replica, err)
 	}
-	seen := make(map[uint64]bool, len(vc.Prepared))
+	return nil
+}
+
+// checkClaims checks the form of a view change's claims (see
+// verifyViewChange).
+func (r *Replica) checkClaims(vc *ViewChange) error {
+	L := r.cfg.WatermarkWindow
+	in := func(c *Claim) bool {
+		return c.View < vc.View && c.Seq > vc.StableSeq && c.Seq-vc.StableSeq <= L
+	}
 	for i := range vc.Prepared {
-		s := vc.Prepared[i].PrePrepare.Seq
-		if s <= vc.StableSeq || s-vc.StableSeq > L || seen[s] {
-			return fmt.Errorf("%w: view change of replica %d: prepared certificate for seq %d outside (%d, %d] or repeated", ErrInvalid, vc.Replica, s, vc.StableSeq, vc.StableSeq+L)
+		c := &vc.Prepared[i]
+		if !in(c) || (i > 0 && c.Seq <= vc.Prepared[i-1].Seq) {
+			return fmt.Errorf("%w: P claim for view %d seq %d outside views below %d and (%d, %d], repeated or out of order", ErrInvalid, c.View, c.Seq, vc.View, vc.StableSeq, vc.StableSeq+L)
 		}
-		seen[s] = true
-		if err := r.verifyPreparedCert(&vc.Prepared[i], vc.View); err != nil {
-			return fmt.Errorf("view change of replica %d: %w", vc.Replica, err)
+	}
+	run := 0
+	for i := range vc.PrePrepared {
+		c := &vc.PrePrepared[i]
+		if !in(c) {
+			return fmt.Errorf("%w: Q claim for view %d seq %d outside views below %d and (%d, %d]", ErrInvalid, c.View, c.Seq, vc.View, vc.StableSeq, vc.StableSeq+L)
+		}
+		if i == 0 || c.Seq != vc.PrePrepared[i-1].Seq {
+			if i > 0 && c.Seq < vc.PrePrepared[i-1].Seq {
+				return fmt.Errorf("%w: Q claims out of sequence order at seq %d", ErrInvalid, c.Seq)
+			}
+			run = 0
+		} else if p := &vc.PrePrepared[i-1]; c.View > p.View || (c.View == p.View && bytes.Compare(c.Digest[:], p.Digest[:]) <= 0) {
+			return fmt.Errorf("%w: Q claims for seq %d out of view order", ErrInvalid, c.Seq)
+		}
+		for j := i - run; j < i; j++ {
+			if vc.PrePrepared[j].Digest == c.Digest {
+				return fmt.Errorf("%w: Q claims repeat a digest at seq %d", ErrInvalid, c.Seq)
+			}
+		}
+		if run++; run > MaxPrePrepared {
+			return fmt.Errorf("%w: more than %d Q claims for seq %d", ErrInvalid, MaxPrePrepared, c.Seq)
 		}
 	}
 	return nil
@@ -107,7 +110,8 @@ func (r *Replica) verifyViewChange(vc *ViewChange) error {
 func (r *Replica) verifiedBefore(vc *ViewChange) bool {
 	held := r.vcs[vc.Replica]
 	if held == nil || held.View != vc.View || held.StableSeq != vc.StableSeq || held.Replica != vc.Replica ||
-		!bytes.Equal(held.Sig, vc.Sig) || len(held.Stable) != len(vc.Stable) || len(held.Prepared) != len(vc.Prepared) {
+		!bytes.Equal(held.Sig, vc.Sig) || len(held.Stable) != len(vc.Stable) ||
+		!slices.Equal(held.Prepared, vc.Prepared) || !slices.Equal(held.PrePrepared, vc.PrePrepared) {
 		return false
 	}
 	for i := range vc.Stable {
@@ -116,23 +120,5 @@ func (r *Replica) verifiedBefore(vc *ViewChange) bool {
 			return false
 		}
 	}
-	for i := range vc.Prepared {
-		a, b := &held.Prepared[i], &vc.Prepared[i]
-		if !samePrePrepare(&a.PrePrepare, &b.PrePrepare) || len(a.Prepares) != len(b.Prepares) {
-			return false
-		}
-		for j := range b.Prepares {
-			p, q := &a.Prepares[j], &b.Prepares[j]
-			if p.View != q.View || p.Seq != q.Seq || p.Digest != q.Digest || p.Replica != q.Replica || !bytes.Equal(p.Sig, q.Sig) {
-				return false
-			}
-		}
-	}
 	return true
-}
-
-// samePrePrepare compares two pre-prepares without batches.
-func samePrePrepare(a, b *PrePrepare) bool {
-	return a.View == b.View && a.Seq == b.Seq && a.Time == b.Time && a.Digest == b.Digest && bytes.Equal(a.Sig, b.Sig) &&
-		len(a.Batch) == 0 && len(b.Batch) == 0
 }

@@ -1,6 +1,7 @@
 package bft
 
 import (
+	"bytes"
 	"fmt"
 	"sort"
 )
@@ -46,25 +47,20 @@ func (r *Replica) startViewChange(w uint64) {
 	r.reqTimer, r.vcTimer, r.batchTimer, r.vcResend, r.vcResendBackoff = 0, 0, 0, 0, 0
 	// The stable checkpoint reported is the highest certified one this
 	// replica knows (target), not the one it holds the state of (low):
-	// it accepts and votes in (target, target+L] too, and every
-	// certificate it holds above target fits the window verifiers allow
-	// above the reported checkpoint, which covers all below it. So every
-	// correct member of a prepared quorum reports the certificate or a
-	// checkpoint above it, as PBFT's safety argument needs. The
-	// checkpoint's certificate is proof enough; a replica lacking its
-	// state fetches it.
+	// it accepts and votes in (target, target+L] too, and every claim it
+	// holds above target fits the window verifiers allow above the
+	// reported checkpoint, which covers all below it. So every correct
+	// member of a prepared quorum reports what it prepared (its P claim)
+	// or a checkpoint above it, as the new-view rule's safety argument
+	// needs (docs/bft.md). The checkpoint's certificate is proof enough;
+	// a replica lacking its state fetches it.
 	vc := &ViewChange{View: w, StableSeq: r.target, Stable: r.targetCert, Replica: r.id}
-	seqs := make([]uint64, 0, len(r.log))
-	for s, e := range r.log {
-		if e.cert != nil && s > r.target {
-			seqs = append(seqs, s)
+	for _, s := range r.sortedSeqs(r.target) {
+		e := r.log[s]
+		if e.prep != nil {
+			vc.Prepared = append(vc.Prepared, Claim{View: e.prep.View, Seq: s, Digest: e.prep.Digest})
 		}
-	}
-	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
-	for _, s := range seqs {
-		c := *r.log[s].cert
-		c.PrePrepare.Batch = nil // the digest stands for it
-		vc.Prepared = append(vc.Prepared, c)
+		vc.PrePrepared = append(vc.PrePrepared, e.accepted...)
 	}
 	vc.Sig = r.cfg.Auth.Sign(vc)
 	r.stats.ViewChanges++
@@ -173,45 +169,145 @@ func (r *Replica) tickViewChange() {
 }
 
 // computeNewView derives a new view's pre-prepares from a set of valid
-// view changes, as both the new primary and every backup do: from min-s,
-// the highest stable checkpoint among them, to max-s, the highest
-// prepared sequence number, each slot gets the digest of the prepared
-// certificate of the highest view, or the null batch's. The pre-prepares
-// are unsigned and carry no batch; a re-proposed one keeps its time, a
-// null one has time 0.
-func computeNewView(view uint64, vcs []ViewChange) (minS uint64, minCert []Checkpoint, pps []PrePrepare) {
+// view changes, as both the new primary and every backup do (see
+// docs/bft.md for why the rule is safe and live). q is the quorum (2f+1
+// when n = 3f+1), f the faults tolerated. min-s is the highest stable
+// checkpoint among the view changes, max-s the highest sequence number
+// any of them claims. Each sequence number in (min-s, max-s] gets a
+// digest d for which some view v satisfies
+//
+//   - A1: at least q of the view changes have no P claim for it, or one
+//     of a view below v, or exactly (v, d);
+//   - A2: at least f+1 of them claim to have accepted d in view v or a
+//     later one (a Q claim, or a P claim, which implies one);
+//
+// the one with the highest such v if several do, the lowest digest among
+// those. Failing that it gets the null batch if at least q of them have
+// no P claim for it. ok is false if some sequence number gets neither:
+// the view changes do not decide it, and a new primary waits for more.
+//
+// A1 only gets easier as v grows and A2 only harder, so for each digest
+// the one v worth trying is the highest that A2 allows: the (f+1)-th
+// highest view in which the view changes claim to have accepted it.
+//
+// The pre-prepares are unsigned and carry no batch, and time 0: the
+// batch, when a replica holds or fetches it, brings its time, which the
+// digest binds.
+func computeNewView(view uint64, vcs []ViewChange, q, f int) (minS uint64, minCert []Checkpoint, pps []PrePrepare, ok bool) {
 	for i := range vcs {
 		if vcs[i].StableSeq > minS {
 			minS, minCert = vcs[i].StableSeq, vcs[i].Stable
 		}
 	}
-	best := make(map[uint64]*PreparedCert)
 	maxS := minS
 	for i := range vcs {
+		for _, c := range vcs[i].Prepared {
+			maxS = max(maxS, c.Seq)
+		}
+		for _, c := range vcs[i].PrePrepared {
+			maxS = max(maxS, c.Seq)
+		}
+	}
+	// Per sequence number, each view change's P claim (index by view
+	// change) and, per digest, the highest view each view change claims
+	// to have accepted it in.
+	type slot struct {
+		p       []*Claim
+		support map[Digest][]uint64
+	}
+	slots := make(map[uint64]*slot)
+	at := func(s uint64) *slot {
+		if slots[s] == nil {
+			slots[s] = &slot{p: make([]*Claim, len(vcs)), support: make(map[Digest][]uint64)}
+		}
+		return slots[s]
+	}
+	accept := func(sl *slot, i int, c *Claim) {
+		sup := sl.support[c.Digest]
+		if sup == nil {
+			sup = make([]uint64, len(vcs))
+			for k := range sup {
+				sup[k] = noView
+			}
+			sl.support[c.Digest] = sup
+		}
+		if sup[i] == noView || c.View > sup[i] {
+			sup[i] = c.View
+		}
+	}
+	for i := range vcs {
 		for j := range vcs[i].Prepared {
-			c := &vcs[i].Prepared[j]
-			s := c.PrePrepare.Seq
-			if s <= minS {
-				continue
+			if c := &vcs[i].Prepared[j]; c.Seq > minS {
+				sl := at(c.Seq)
+				sl.p[i] = c
+				accept(sl, i, c)
 			}
-			if b := best[s]; b == nil || c.PrePrepare.View > b.PrePrepare.View {
-				best[s] = c
-			}
-			if s > maxS {
-				maxS = s
+		}
+		for j := range vcs[i].PrePrepared {
+			if c := &vcs[i].PrePrepared[j]; c.Seq > minS {
+				accept(at(c.Seq), i, c)
 			}
 		}
 	}
 	for s := minS + 1; s <= maxS && s > minS; s++ {
 		pp := PrePrepare{View: view, Seq: s, Digest: nullDigest}
-		if c := best[s]; c != nil {
-			pp.Time, pp.Digest = c.PrePrepare.Time, c.PrePrepare.Digest
+		sl := slots[s]
+		if sl == nil {
+			pps = append(pps, pp) // nobody claims anything: null
+			continue
+		}
+		var best *Digest
+		var bestView uint64
+		for d, sup := range sl.support {
+			views := make([]uint64, 0, len(sup))
+			for _, v := range sup {
+				if v != noView {
+					views = append(views, v)
+				}
+			}
+			if len(views) < f+1 {
+				continue // A2 fails for every view
+			}
+			sort.Slice(views, func(i, j int) bool { return views[i] > views[j] })
+			v := views[f]
+			a1 := 0
+			for _, p := range sl.p {
+				if p == nil || p.View < v || (p.View == v && p.Digest == d) {
+					a1++
+				}
+			}
+			if a1 < q {
+				continue
+			}
+			if best == nil || v > bestView || (v == bestView && bytes.Compare(d[:], best[:]) < 0) {
+				d := d
+				best, bestView = &d, v
+			}
+		}
+		noP := 0
+		for _, p := range sl.p {
+			if p == nil {
+				noP++
+			}
+		}
+		switch {
+		case best != nil:
+			pp.Digest = *best
+		case noP >= q:
+		default:
+			return 0, nil, nil, false
 		}
 		pps = append(pps, pp)
 	}
-	return minS, minCert, pps
+	return minS, minCert, pps, true
 }
 
+// noView marks a view change that claims nothing for a digest.
+const noView = ^uint64(0)
+
+// sendNewView announces the view this replica is the primary of, based
+// on every view change for it that it holds, once they decide every
+// sequence number (computeNewView); until then it waits for more.
 func (r *Replica) sendNewView() {
 	ids := make([]int, 0, len(r.vcs))
 	for id, vc := range r.vcs {
@@ -224,9 +320,9 @@ func (r *Replica) sendNewView() {
 	for _, id := range ids {
 		nv.ViewChanges = append(nv.ViewChanges, *r.vcs[ReplicaID(id)])
 	}
-	minS, minCert, pps := computeNewView(r.view, nv.ViewChanges)
-	for i := range pps {
-		pps[i].Sig = r.cfg.Auth.Sign(&pps[i])
+	minS, minCert, pps, ok := computeNewView(r.view, nv.ViewChanges, r.q, r.f)
+	if !ok {
+		return
 	}
 	nv.PrePrepares = pps
 	nv.Sig = r.cfg.Auth.Sign(nv)
@@ -264,7 +360,10 @@ func (r *Replica) onNewView(nv *NewView) error {
 			return fmt.Errorf("new view %d: %w", nv.View, err)
 		}
 	}
-	minS, minCert, pps := computeNewView(nv.View, nv.ViewChanges)
+	minS, minCert, pps, ok := computeNewView(nv.View, nv.ViewChanges, r.q, r.f)
+	if !ok {
+		return fmt.Errorf("%w: new view %d: its view changes do not decide every sequence number", ErrForged, nv.View)
+	}
 	if len(pps) != len(nv.PrePrepares) {
 		return fmt.Errorf("%w: new view %d has %d pre-prepares, view changes give %d", ErrForged, nv.View, len(nv.PrePrepares), len(pps))
 	}
@@ -272,9 +371,6 @@ func (r *Replica) onNewView(nv *NewView) error {
 		got := &nv.PrePrepares[i]
 		if got.View != pps[i].View || got.Seq != pps[i].Seq || got.Time != pps[i].Time || got.Digest != pps[i].Digest || len(got.Batch) != 0 {
 			return fmt.Errorf("%w: new view %d pre-prepare for seq %d differs from the recomputed one", ErrForged, nv.View, pps[i].Seq)
-		}
-		if !r.cfg.Auth.Verify(nv.Replica, got, got.Sig) {
-			return fmt.Errorf("%w: new view %d pre-prepare signature for seq %d", ErrForged, nv.View, got.Seq)
 		}
 	}
 	// Only a verified new view shows where its primary is: a forged
@@ -317,21 +413,21 @@ func (r *Replica) enterView(nv *NewView, minS uint64, minCert []Checkpoint) {
 			continue
 		}
 		// Before entryFor forgets the slot's old pre-prepare.
-		b, _, held := r.heldBatch(pp.Seq, pp.Digest)
+		b, t, held := r.heldBatch(pp.Seq, pp.Digest)
 		e := r.entryFor(pp.Seq)
 		if e.committed && e.cDigest != pp.Digest {
 			// Cannot happen with at most f faults: a committed batch is
-			// in every quorum's view changes.
+			// the only one a new view can choose (docs/bft.md).
 			continue
 		}
 		if len(b) > 0 {
 			full := *pp
-			full.Batch = b
+			full.Batch, full.Time = b, t
 			pp = &full
 		}
 		r.acceptPrePrepare(e, pp)
 		if !held && pp.Seq > r.lastExec {
-			r.fetchBatch(pp.Seq, pp.Digest, r.vouchers(nv, pp.Seq, pp.Digest))
+			r.fetchBatch(pp.Seq, pp.Digest, r.fetchSources(pp.Seq, pp.Digest))
 		}
 	}
 	r.installing = false

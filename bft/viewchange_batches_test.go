@@ -12,8 +12,8 @@ import (
 // A view change over full batches: 18 clients send 1 MiB operations (one
 // full batch each, MaxBatchBytes), nothing commits in view 0 (no commit
 // is delivered) and replica 3 gets none of view 0's pre-prepares, so
-// replicas 0, 1 and 2 each hold 18 prepared certificates for 18 MiB of
-// batches when the view changes. A view change that carried its batches
+// replicas 0, 1 and 2 each have 18 prepared batches, 18 MiB in all,
+// when the view changes. A view change that carried its batches
 // would exceed the 16 MiB frame limit and never arrive; with digests it
 // stays small, and replica 3, which holds none of the batches, fetches
 // them from the replicas that vouched for them before it executes.

@@ -1,6 +1,7 @@
 package bft_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
@@ -84,7 +85,6 @@ func TestEquivocatingPrimary(t *testing.T) {
 		// at another time.
 		alt := &bft.PrePrepare{View: pp.View, Seq: pp.Seq, Time: pp.Time + 1, Batch: pp.Batch}
 		alt.Digest = bft.BatchDigest(alt.Time, alt.Batch)
-		alt.Sig = n.Keys.MAC(0, alt)
 		return []bft.Envelope{{To: e.To, Msg: alt}}
 	}
 	if !n.Load(20, 20000, op) {
@@ -101,40 +101,52 @@ func TestEquivocatingPrimary(t *testing.T) {
 	}
 }
 
-// A Byzantine replica sends the new primary a view change with a forged
-// prepared certificate; it must be ignored, and the view change still
-// completes with the correct replicas.
+// A Byzantine replica's view changes claim that it prepared, in the
+// highest view a view change may name, a batch nobody proposed, at the
+// first slot above its checkpoint. The claim is well formed and signed,
+// so it is not refused; but fewer than f+1 view changes support it (A2),
+// so no new view re-proposes it, and the view change completes with the
+// correct replicas' claims.
 func TestLyingViewChangeIgnored(t *testing.T) {
 	n := newNet(t, simnet.Options{N: 7, Clients: 2, Seed: 8, Config: smallCfg})
 	if !n.Load(5, 2000, op) {
 		t.Fatal("not finished")
 	}
+	evil := bft.BatchDigest(0, []bft.Request{{Client: 9, Timestamp: 1, Op: []byte("evil")}})
+	lies := 0
 	n.Byzantine = func(from bft.ReplicaID, e bft.Envelope) []bft.Envelope {
-		vc, ok := e.Msg.(*bft.ViewChange)
-		if from != 6 || !ok {
-			return []bft.Envelope{e}
+		switch m := e.Msg.(type) {
+		case *bft.ViewChange:
+			if from != 6 {
+				break
+			}
+			lie := *m
+			c := bft.Claim{View: m.View - 1, Seq: m.StableSeq + 1, Digest: evil}
+			lie.Prepared = []bft.Claim{c}
+			lie.PrePrepared = []bft.Claim{c}
+			lie.Sig = n.Keys.MAC(6, &lie)
+			lies++
+			return []bft.Envelope{{To: e.To, Msg: &lie}}
+		case *bft.NewView:
+			for _, pp := range m.PrePrepares {
+				if pp.Digest == evil {
+					t.Errorf("new view %d of replica %d re-proposes the claimed batch at seq %d", m.View, m.Replica, pp.Seq)
+				}
+			}
 		}
-		lie := *vc
-		bad := bft.PrePrepare{View: 0, Seq: vc.StableSeq + 1, Digest: bft.BatchDigest(0, []bft.Request{{Client: 9, Timestamp: 1, Op: []byte("evil")}})}
-		bad.Sig = n.Keys.MAC(0, &bad)
-		lie.Prepared = []bft.PreparedCert{{PrePrepare: bad}} // no prepares
-		lie.Sig = n.Keys.MAC(6, &lie)
-		return []bft.Envelope{{To: e.To, Msg: &lie}}
+		return []bft.Envelope{e}
 	}
+	n.Faulty[6] = true
 	n.Crashed[0] = true
 	if !n.Load(15, 20000, op) {
 		t.Fatalf("not finished: %v", n.LastErrors)
 	}
 	checkSameOrder(t, n)
-	if n.Errors[bft.ErrForged] == 0 {
-		t.Fatal("the lying view change was not reported as forged")
+	if lies == 0 {
+		t.Fatal("no view change lied")
 	}
-	for _, c := range n.Executed[1] {
-		for _, r := range c.Batch {
-			if string(r.Op) == "evil" {
-				t.Fatal("the forged request executed")
-			}
-		}
+	if v := n.Replicas[1].Status().View; v == 0 {
+		t.Fatal("no view change")
 	}
 }
 
@@ -188,4 +200,88 @@ func TestViewChangeVerifiedOnce(t *testing.T) {
 		t.Fatal("no view change was verified")
 	}
 	t.Logf("%d view-change verifications", total)
+}
+
+// A view change whose claims are malformed is refused whole
+// (ErrInvalid): claims of its own view or later, outside the window above
+// its checkpoint, P claims repeated or out of order, Q claims out of
+// order, repeating a digest or more than MaxPrePrepared for a sequence
+// number. The same claims, well formed, are taken.
+func TestViewChangeClaimsForm(t *testing.T) {
+	d := func(i int) bft.Digest { return bft.BatchDigest(uint64(i), nil) }
+	bad := map[string]bft.ViewChange{
+		"P of its view":       {Prepared: []bft.Claim{{View: 2, Seq: 1, Digest: d(1)}}},
+		"Q of a later view":   {PrePrepared: []bft.Claim{{View: 3, Seq: 1, Digest: d(1)}}},
+		"P at the checkpoint": {Prepared: []bft.Claim{{View: 1, Seq: 0, Digest: d(1)}}},
+		"Q beyond L":          {PrePrepared: []bft.Claim{{View: 1, Seq: 17, Digest: d(1)}}},
+		"P repeated":          {Prepared: []bft.Claim{{View: 1, Seq: 3, Digest: d(1)}, {View: 0, Seq: 3, Digest: d(2)}}},
+		"P out of order":      {Prepared: []bft.Claim{{View: 1, Seq: 3, Digest: d(1)}, {View: 1, Seq: 2, Digest: d(2)}}},
+		"Q views ascending":   {PrePrepared: []bft.Claim{{View: 0, Seq: 3, Digest: d(1)}, {View: 1, Seq: 3, Digest: d(2)}}},
+		"Q seqs descending":   {PrePrepared: []bft.Claim{{View: 1, Seq: 4, Digest: d(1)}, {View: 1, Seq: 3, Digest: d(2)}}},
+		"Q digest repeated":   {PrePrepared: []bft.Claim{{View: 1, Seq: 3, Digest: d(1)}, {View: 0, Seq: 3, Digest: d(1)}}},
+		"Q over the bound": {PrePrepared: []bft.Claim{
+			{View: 1, Seq: 3, Digest: d(1)}, {View: 1, Seq: 3, Digest: d(2)}, {View: 1, Seq: 3, Digest: d(3)},
+			{View: 1, Seq: 3, Digest: d(4)}, {View: 1, Seq: 3, Digest: d(5)}}[:bft.MaxPrePrepared+1]},
+	}
+	good := bft.ViewChange{
+		Prepared:    []bft.Claim{{View: 1, Seq: 3, Digest: d(1)}, {View: 0, Seq: 16, Digest: d(2)}},
+		PrePrepared: []bft.Claim{{View: 1, Seq: 3, Digest: d(1)}, {View: 0, Seq: 3, Digest: d(2)}, {View: 0, Seq: 16, Digest: d(2)}},
+	}
+	for name, vc := range bad {
+		n := newNet(t, simnet.Options{Seed: 60, Config: smallCfg})
+		vc.View, vc.Replica = 2, 3
+		vc.Sig = n.Keys.MAC(3, &vc)
+		if err := n.Replicas[1].Step(bft.ToReplica(3), &vc); !errors.Is(err, bft.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	n := newNet(t, simnet.Options{Seed: 60, Config: smallCfg})
+	good.View, good.Replica = 2, 3
+	good.Sig = n.Keys.MAC(3, &good)
+	if err := n.Replicas[1].Step(bft.ToReplica(3), &good); err != nil {
+		t.Fatalf("a well-formed view change: %v", err)
+	}
+}
+
+// A new view whose view changes do not decide every sequence number is
+// refused (ErrForged), whatever pre-prepare it proposes there; the same
+// new view over view changes that decide is taken. With n = 4 (q = 3,
+// f = 1), replicas 0 and 1 claim to have prepared different batches at
+// seq 1 in view 0 and replica 3 claims nothing: neither batch has f+1
+// claims (A2), and only one view change has no P claim, so seq 1 is
+// decided neither way. If replica 1 claims nothing and replica 3 claims
+// to have accepted replica 0's batch, that batch is decided.
+func TestNewViewNotDecidingRefused(t *testing.T) {
+	dA := bft.BatchDigest(1, []bft.Request{{Client: 1, Timestamp: 1, Op: []byte("a")}})
+	dB := bft.BatchDigest(1, []bft.Request{{Client: 1, Timestamp: 1, Op: []byte("b")}})
+	newView := func(n *simnet.Net, claims map[bft.ReplicaID][2][]bft.Claim, pp bft.Digest) *bft.NewView {
+		nv := &bft.NewView{View: 1, Replica: 1, PrePrepares: []bft.PrePrepare{{View: 1, Seq: 1, Digest: pp}}}
+		for _, id := range []bft.ReplicaID{0, 1, 3} {
+			vc := bft.ViewChange{View: 1, Replica: id, Prepared: claims[id][0], PrePrepared: claims[id][1]}
+			vc.Sig = n.Keys.MAC(id, &vc)
+			nv.ViewChanges = append(nv.ViewChanges, vc)
+		}
+		nv.Sig = n.Keys.MAC(1, nv)
+		return nv
+	}
+	a := []bft.Claim{{View: 0, Seq: 1, Digest: dA}}
+	b := []bft.Claim{{View: 0, Seq: 1, Digest: dB}}
+	undecided := map[bft.ReplicaID][2][]bft.Claim{0: {a, a}, 1: {b, b}}
+	for _, pp := range []bft.Digest{dA, dB, bft.BatchDigest(0, nil)} {
+		n := newNet(t, simnet.Options{Seed: 61, Config: smallCfg})
+		if err := n.Replicas[2].Step(bft.ToReplica(1), newView(n, undecided, pp)); !errors.Is(err, bft.ErrForged) {
+			t.Errorf("a new view proposing %x where its view changes decide nothing: %v, want ErrForged", pp[:4], err)
+		}
+	}
+	decided := map[bft.ReplicaID][2][]bft.Claim{0: {a, a}, 3: {nil, a}}
+	n := newNet(t, simnet.Options{Seed: 61, Config: smallCfg})
+	if err := n.Replicas[2].Step(bft.ToReplica(1), newView(n, decided, dB)); !errors.Is(err, bft.ErrForged) {
+		t.Errorf("a new view proposing another batch than the decided one: %v, want ErrForged", err)
+	}
+	if err := n.Replicas[2].Step(bft.ToReplica(1), newView(n, decided, dA)); err != nil {
+		t.Fatalf("a new view of view changes that decide: %v", err)
+	}
+	if s := n.Replicas[2].Status(); s.View != 1 || s.ViewChanging {
+		t.Fatalf("replica 2 did not enter view 1: %+v", s)
+	}
 }

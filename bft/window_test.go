@@ -123,7 +123,6 @@ func reorderer(n *simnet.Net) {
 			rev.Batch[len(pp.Batch)-1-i] = pp.Batch[i]
 		}
 		rev.Digest = bft.BatchDigest(rev.Time, rev.Batch)
-		rev.Sig = n.Sign(0, &rev)
 		return []bft.Envelope{{To: e.To, Msg: &rev}}
 	}
 }

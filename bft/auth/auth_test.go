@@ -357,10 +357,6 @@ func clone(t *testing.T, m bft.Message) bft.Message {
 
 func setSig(m bft.Message, sig []byte) {
 	switch m := m.(type) {
-	case *bft.PrePrepare:
-		m.Sig = sig
-	case *bft.Prepare:
-		m.Sig = sig
 	case *bft.Checkpoint:
 		m.Sig = sig
 	case *bft.ViewChange:
@@ -415,22 +411,20 @@ func TestMACKey(t *testing.T) {
 	}
 }
 
-// signedSamples has one message of every signed type.
+// signedSamples has one message of every signed type (the normal-case
+// messages are not signed: the links authenticate them).
 func signedSamples() []bft.Message {
 	d := bft.Digest{1, 2, 3}
 	batch := []bft.Request{{Client: 1, Timestamp: 2, Op: []byte("op"), Auth: make([]byte, 64)}}
-	pp := bft.PrePrepare{View: 1, Seq: 10, Time: 1 << 60, Digest: bft.BatchDigest(1<<60, batch), Batch: batch}
-	header := pp // as certificates and new views carry it: no batch
-	header.Batch = nil
+	header := bft.PrePrepare{View: 2, Seq: 10, Digest: bft.BatchDigest(1<<60, batch)} // as new views carry it
 	cp := bft.Checkpoint{Seq: 8, State: d, Replica: 3, Sig: make([]byte, 64)}
 	vc := bft.ViewChange{
 		View: 2, StableSeq: 8, Stable: []bft.Checkpoint{cp},
-		Prepared: []bft.PreparedCert{{PrePrepare: header, Prepares: []bft.Prepare{{View: 1, Seq: 10, Digest: pp.Digest, Replica: 2}}}},
-		Replica:  1,
+		Prepared:    []bft.Claim{{View: 1, Seq: 10, Digest: header.Digest}},
+		PrePrepared: []bft.Claim{{View: 1, Seq: 10, Digest: header.Digest}, {View: 0, Seq: 10, Digest: d}},
+		Replica:     1,
 	}
 	return []bft.Message{
-		&pp,
-		&bft.Prepare{View: 1, Seq: 10, Digest: d, Replica: 1},
 		&bft.Checkpoint{Seq: 8, State: d, Replica: 1},
 		&vc,
 		&bft.NewView{View: 2, ViewChanges: []bft.ViewChange{vc}, PrePrepares: []bft.PrePrepare{header}, Replica: 1},
@@ -440,14 +434,11 @@ func signedSamples() []bft.Message {
 // mutate changes one signed field of m in place.
 func mutate(m bft.Message) {
 	switch m := m.(type) {
-	case *bft.PrePrepare:
-		m.Digest[0] ^= 1 // the batch is bound through the digest, not signed
-	case *bft.Prepare:
-		m.Seq++
 	case *bft.Checkpoint:
 		m.State[0] ^= 1
 	case *bft.ViewChange:
 		m.Stable[0].Sig[0] ^= 1
+		m.PrePrepared[1].View++
 	case *bft.NewView:
 		m.PrePrepares[0].View++
 	}

@@ -18,21 +18,22 @@
 //     encoded like a message of its type but without a type byte (the
 //     type is implied by the field).
 //
-// Nested messages (a PrePrepare's Batch, a PreparedCert, a ViewChange's
-// Stable proof, a NewView's ViewChanges and PrePrepares, a State's
-// Stable proof, a Batch's Requests) are encoded recursively in that
-// way; a State's Chunks are a list of digests. One exception: the
-// pre-prepare of a prepared certificate (in a view change) and the
-// pre-prepares of a new view are encoded without their Batch field
-// (view, sequence number, time, digest and signature only), since they
-// never carry a batch. There is no framing: the transport delimits
-// messages, and Decode takes exactly one.
+// Nested messages (a PrePrepare's Batch, a ViewChange's Stable proof
+// and claims, a NewView's ViewChanges and PrePrepares, a State's Stable
+// proof, a Batch's Requests) are encoded recursively in that way; a
+// State's Chunks are a list of digests. One exception: the pre-prepares
+// of a new view are encoded without their Batch field (view, sequence
+// number, time and digest only), since they never carry a batch. There
+// is no framing: the transport delimits messages, and Decode takes
+// exactly one.
 //
 // SignedBytes is the content a signature covers: the same encoding with
 // the message's own Sig field written as empty. The leading type byte
 // separates the domains of the message types. Signatures of nested
 // messages stay in (a view change's signature covers the signatures of
-// the certificates it carries).
+// the checkpoint certificate it carries). Only checkpoints, view changes
+// and new views are signed; pre-prepares, prepares and commits carry no
+// signature (the link's MAC authenticates them).
 //
 // # Decoding untrusted input
 //
@@ -90,13 +91,12 @@ type Limits struct {
 	// MaxAuth bounds a request's authenticator.
 	MaxAuth int
 	// MaxList bounds the lists whose length depends on the log or on
-	// the number of clients: a view change's prepared certificates, a
-	// new view's pre-prepares and a state manifest's chunk digests.
+	// the number of clients: a view change's claims, a new view's
+	// pre-prepares and a state manifest's chunk digests.
 	MaxList int
 	// MaxReplicas bounds every replica ID (IDs must be below it) and the
 	// certificates that hold at most one entry per replica: stable
-	// checkpoint proofs, a prepared certificate's prepares and a new
-	// view's view changes. A driver that knows the cluster size n should
+	// checkpoint proofs and a new view's view changes. A driver that knows the cluster size n should
 	// set it to n.
 	MaxReplicas int
 }
@@ -137,30 +137,25 @@ func (l Limits) withDefaults() Limits {
 // and every length takes at least one byte, a digest 32. A list count is
 // checked against remaining/min before the list is allocated.
 const (
-	minRequest      = 5                      // client, timestamp, flags, op length, auth length
-	minReply        = 7                      // view, timestamp, client, replica, read-only, notes, result length
-	minPrePrepare   = 1 + 1 + 1 + 32 + 1 + 1 // view, seq, time, digest, batch count, sig length
-	minPPHeader     = 1 + 1 + 1 + 32 + 1     // view, seq, time, digest, sig length (no batch)
-	minPrepare      = 1 + 1 + 32 + 1 + 1     // view, seq, digest, replica, sig length
-	minCheckpoint   = 1 + 32 + 1 + 1         // seq, state, replica, sig length
-	minPreparedCert = minPPHeader + 1        // pre-prepare header, prepares count
-	minViewChange   = 1 + 1 + 1 + 1 + 1 + 1  // view, stable seq, two counts, replica, sig length
+	minRequest    = 5                         // client, timestamp, flags, op length, auth length
+	minReply      = 7                         // view, timestamp, client, replica, read-only, notes, result length
+	minPPHeader   = 1 + 1 + 1 + 32            // view, seq, time, digest (no batch)
+	minClaim      = 1 + 1 + 32                // view, seq, digest
+	minCheckpoint = 1 + 32 + 1 + 1            // seq, state, replica, sig length
+	minViewChange = 1 + 1 + 1 + 1 + 1 + 1 + 1 // view, stable seq, three counts, replica, sig length
 )
 
 // Append appends the encoding of m to b and returns the extended slice.
 // It panics if m is nil, a nil pointer, or not one of package bft's
-// message types, or if a view change's certificate or a new view's
-// pre-prepare carries a batch (the format has no place for one): those
-// are programming errors, not input errors.
+// message types, or if a new view's pre-prepare carries a batch (the format has no place for one): that is
+// a programming error, not an input error.
 func Append(b []byte, m bft.Message) []byte {
 	return appendMessage(b, m, true)
 }
 
 // SignedBytes appends to b the bytes a signature over m covers: m's
-// encoding with its own Sig field written as empty, except that a
-// PrePrepare's covers only its view, sequence number, time and digest
-// (see below). For a message type without a Sig field it is the plain
-// encoding.
+// encoding with its own Sig field written as empty. For a message type
+// without a Sig field it is the plain encoding.
 func SignedBytes(b []byte, m bft.Message) []byte {
 	return appendMessage(b, m, false)
 }
@@ -175,20 +170,13 @@ func appendMessage(b []byte, m bft.Message, sig bool) []byte {
 		return appendReply(b, m)
 	case *bft.PrePrepare:
 		b = append(b, byte(bft.TypePrePrepare))
-		if !sig {
-			// The signature covers the header and the digest, not the
-			// batch: the core checks Digest == BatchDigest(Time, Batch) on every
-			// pre-prepare it accepts, so the digest binds the batch, and
-			// signing stays as cheap for a full batch as for an empty one.
-			b = binary.AppendUvarint(b, m.View)
-			b = binary.AppendUvarint(b, m.Seq)
-			b = binary.AppendUvarint(b, m.Time)
-			return append(b, m.Digest[:]...)
-		}
-		return appendPrePrepare(b, m, sig)
+		return appendPrePrepare(b, m)
 	case *bft.Prepare:
 		b = append(b, byte(bft.TypePrepare))
-		return appendPrepare(b, m, sig)
+		b = binary.AppendUvarint(b, m.View)
+		b = binary.AppendUvarint(b, m.Seq)
+		b = append(b, m.Digest[:]...)
+		return binary.AppendUvarint(b, uint64(m.Replica))
 	case *bft.Commit:
 		b = append(b, byte(bft.TypeCommit))
 		b = binary.AppendUvarint(b, m.View)
@@ -308,7 +296,7 @@ func appendReply(b []byte, r *bft.Reply) []byte {
 	return appendBytes(b, r.Result)
 }
 
-func appendPrePrepare(b []byte, m *bft.PrePrepare, sig bool) []byte {
+func appendPrePrepare(b []byte, m *bft.PrePrepare) []byte {
 	b = binary.AppendUvarint(b, m.View)
 	b = binary.AppendUvarint(b, m.Seq)
 	b = binary.AppendUvarint(b, m.Time)
@@ -317,28 +305,29 @@ func appendPrePrepare(b []byte, m *bft.PrePrepare, sig bool) []byte {
 	for i := range m.Batch {
 		b = appendRequest(b, &m.Batch[i])
 	}
-	return appendSig(b, m.Sig, sig)
+	return b
 }
 
-// appendPPHeader writes a pre-prepare without its batch, as certificates
-// and new views carry it.
+// appendPPHeader writes a pre-prepare without its batch, as new views
+// carry it.
 func appendPPHeader(b []byte, m *bft.PrePrepare) []byte {
 	if len(m.Batch) != 0 {
-		panic(fmt.Sprintf("wire: pre-prepare for seq %d in a certificate or new view carries a batch", m.Seq))
+		panic(fmt.Sprintf("wire: pre-prepare for seq %d in a new view carries a batch", m.Seq))
 	}
 	b = binary.AppendUvarint(b, m.View)
 	b = binary.AppendUvarint(b, m.Seq)
 	b = binary.AppendUvarint(b, m.Time)
-	b = append(b, m.Digest[:]...)
-	return appendBytes(b, m.Sig)
+	return append(b, m.Digest[:]...)
 }
 
-func appendPrepare(b []byte, m *bft.Prepare, sig bool) []byte {
-	b = binary.AppendUvarint(b, m.View)
-	b = binary.AppendUvarint(b, m.Seq)
-	b = append(b, m.Digest[:]...)
-	b = binary.AppendUvarint(b, uint64(m.Replica))
-	return appendSig(b, m.Sig, sig)
+func appendClaims(b []byte, cs []bft.Claim) []byte {
+	b = binary.AppendUvarint(b, uint64(len(cs)))
+	for i := range cs {
+		b = binary.AppendUvarint(b, cs[i].View)
+		b = binary.AppendUvarint(b, cs[i].Seq)
+		b = append(b, cs[i].Digest[:]...)
+	}
+	return b
 }
 
 func appendCheckpoint(b []byte, m *bft.Checkpoint, sig bool) []byte {
@@ -360,15 +349,8 @@ func appendViewChange(b []byte, m *bft.ViewChange, sig bool) []byte {
 	b = binary.AppendUvarint(b, m.View)
 	b = binary.AppendUvarint(b, m.StableSeq)
 	b = appendCheckpoints(b, m.Stable)
-	b = binary.AppendUvarint(b, uint64(len(m.Prepared)))
-	for i := range m.Prepared {
-		pc := &m.Prepared[i]
-		b = appendPPHeader(b, &pc.PrePrepare)
-		b = binary.AppendUvarint(b, uint64(len(pc.Prepares)))
-		for j := range pc.Prepares {
-			b = appendPrepare(b, &pc.Prepares[j], true)
-		}
-	}
+	b = appendClaims(b, m.Prepared)
+	b = appendClaims(b, m.PrePrepared)
 	b = binary.AppendUvarint(b, uint64(m.Replica))
 	return appendSig(b, m.Sig, sig)
 }
@@ -653,10 +635,7 @@ func (d *decoder) prePrepare(m *bft.PrePrepare) (err error) {
 	if err = d.ppStart(m); err != nil {
 		return err
 	}
-	if m.Batch, err = list(d, "batch", d.lim.MaxBatch, minRequest, d.request); err != nil {
-		return err
-	}
-	m.Sig, err = d.bytes("sig", d.lim.MaxSig)
+	m.Batch, err = list(d, "batch", d.lim.MaxBatch, minRequest, d.request)
 	return err
 }
 
@@ -693,23 +672,20 @@ func (d *decoder) ppStart(m *bft.PrePrepare) (err error) {
 }
 
 // ppHeader decodes a pre-prepare without its batch field.
-func (d *decoder) ppHeader(m *bft.PrePrepare) (err error) {
-	if err = d.ppStart(m); err != nil {
-		return err
-	}
-	m.Sig, err = d.bytes("sig", d.lim.MaxSig)
-	return err
+func (d *decoder) ppHeader(m *bft.PrePrepare) error {
+	return d.ppStart(m)
 }
 
 func (d *decoder) prepare(m *bft.Prepare) (err error) {
 	if err = d.viewSeqDigest(&m.View, &m.Seq, &m.Digest); err != nil {
 		return err
 	}
-	if m.Replica, err = d.replica("replica"); err != nil {
-		return err
-	}
-	m.Sig, err = d.bytes("sig", d.lim.MaxSig)
+	m.Replica, err = d.replica("replica")
 	return err
+}
+
+func (d *decoder) claim(c *bft.Claim) error {
+	return d.viewSeqDigest(&c.View, &c.Seq, &c.Digest)
 }
 
 func (d *decoder) commit(m *bft.Commit) (err error) {
@@ -755,15 +731,6 @@ func list[T any](d *decoder, field string, max, minSize int, one func(*T) error)
 	return out, nil
 }
 
-func (d *decoder) preparedCert(pc *bft.PreparedCert) error {
-	if err := d.ppHeader(&pc.PrePrepare); err != nil {
-		return wrap(err, "pre-prepare")
-	}
-	var err error
-	pc.Prepares, err = list(d, "prepares", d.lim.MaxReplicas, minPrepare, d.prepare)
-	return err
-}
-
 func (d *decoder) viewChange(m *bft.ViewChange) (err error) {
 	if m.View, err = d.uvarint("view"); err != nil {
 		return err
@@ -774,7 +741,10 @@ func (d *decoder) viewChange(m *bft.ViewChange) (err error) {
 	if m.Stable, err = d.checkpoints("stable"); err != nil {
 		return err
 	}
-	if m.Prepared, err = list(d, "prepared", d.lim.MaxList, minPreparedCert, d.preparedCert); err != nil {
+	if m.Prepared, err = list(d, "prepared", d.lim.MaxList, minClaim, d.claim); err != nil {
+		return err
+	}
+	if m.PrePrepared, err = list(d, "pre-prepared", d.lim.MaxList, minClaim, d.claim); err != nil {
 		return err
 	}
 	if m.Replica, err = d.replica("replica"); err != nil {

@@ -40,11 +40,10 @@ func batch(n, opSize int) []bft.Request {
 
 func prePrepare(view, seq uint64, n int) bft.PrePrepare {
 	b := batch(n, 100)
-	return bft.PrePrepare{View: view, Seq: seq, Time: 1<<60 + seq, Digest: bft.BatchDigest(1<<60+seq, b), Batch: b, Sig: sig(1)}
+	return bft.PrePrepare{View: view, Seq: seq, Time: 1<<60 + seq, Digest: bft.BatchDigest(1<<60+seq, b), Batch: b}
 }
 
-// ppHeader is a pre-prepare as certificates and new views carry it: no
-// batch.
+// ppHeader is a pre-prepare as new views carry it: no batch.
 func ppHeader(view, seq uint64, n int) bft.PrePrepare {
 	pp := prePrepare(view, seq, n)
 	pp.Batch = nil
@@ -64,15 +63,14 @@ func viewChange(r bft.ReplicaID) bft.ViewChange {
 		View:      5,
 		StableSeq: 128,
 		Stable:    checkpoints(),
-		Prepared: []bft.PreparedCert{
-			{
-				PrePrepare: ppHeader(4, 129, 2),
-				Prepares: []bft.Prepare{
-					{View: 4, Seq: 129, Digest: digest(9), Replica: 1, Sig: sig(5)},
-					{View: 4, Seq: 129, Digest: digest(9), Replica: 2, Sig: sig(6)},
-				},
-			},
-			{PrePrepare: bft.PrePrepare{View: 4, Seq: 130}}, // no prepares
+		Prepared: []bft.Claim{
+			{View: 4, Seq: 129, Digest: digest(9)},
+			{View: 1 << 40, Seq: 130}, // a zero digest
+		},
+		PrePrepared: []bft.Claim{
+			{View: 4, Seq: 129, Digest: digest(9)},
+			{View: 2, Seq: 129, Digest: digest(10)},
+			{View: 4, Seq: 131, Digest: digest(11)},
 		},
 		Replica: r,
 		Sig:     sig(8),
@@ -100,7 +98,7 @@ func samples() []bft.Message {
 		&bft.PrePrepare{},
 		&pp,
 		&bft.Prepare{},
-		&bft.Prepare{View: 3, Seq: 77, Digest: digest(1), Replica: 2, Sig: sig(5)},
+		&bft.Prepare{View: 3, Seq: 77, Digest: digest(1), Replica: 2},
 		&bft.Commit{},
 		&bft.Commit{View: 1 << 62, Seq: 300, Digest: digest(2), Replica: 1},
 		&bft.Checkpoint{},
@@ -111,7 +109,7 @@ func samples() []bft.Message {
 		&bft.NewView{
 			View:        5,
 			ViewChanges: []bft.ViewChange{viewChange(1), viewChange(2), {View: 5, Replica: 3}},
-			PrePrepares: []bft.PrePrepare{ppHeader(5, 129, 2), {View: 5, Seq: 130, Digest: bft.BatchDigest(0, nil), Sig: sig(3)}},
+			PrePrepares: []bft.PrePrepare{ppHeader(5, 129, 2), {View: 5, Seq: 130, Digest: bft.BatchDigest(0, nil)}},
 			Replica:     1,
 			Sig:         sig(4),
 		},
@@ -180,10 +178,9 @@ func TestEmptyIsNil(t *testing.T) {
 	empty := []bft.Message{
 		&bft.Request{Op: []byte{}, Auth: []byte{}},
 		&bft.Reply{Result: []byte{}},
-		&bft.PrePrepare{Batch: []bft.Request{}, Sig: []byte{}},
-		&bft.Prepare{Sig: []byte{}},
+		&bft.PrePrepare{Batch: []bft.Request{}},
 		&bft.Checkpoint{Sig: []byte{}},
-		&bft.ViewChange{Stable: []bft.Checkpoint{}, Prepared: []bft.PreparedCert{{Prepares: []bft.Prepare{}}}, Sig: []byte{}},
+		&bft.ViewChange{Stable: []bft.Checkpoint{}, Prepared: []bft.Claim{}, PrePrepared: []bft.Claim{}, Sig: []byte{}},
 		&bft.NewView{ViewChanges: []bft.ViewChange{}, PrePrepares: []bft.PrePrepare{}, Sig: []byte{}},
 		&bft.State{Stable: []bft.Checkpoint{}, Chunks: []bft.Digest{}},
 		&bft.Chunk{Data: []byte{}},
@@ -193,9 +190,8 @@ func TestEmptyIsNil(t *testing.T) {
 		&bft.Request{},
 		&bft.Reply{},
 		&bft.PrePrepare{},
-		&bft.Prepare{},
 		&bft.Checkpoint{},
-		&bft.ViewChange{Prepared: []bft.PreparedCert{{}}},
+		&bft.ViewChange{},
 		&bft.NewView{},
 		&bft.State{},
 		&bft.Chunk{},
@@ -222,14 +218,15 @@ func TestEmptyIsNil(t *testing.T) {
 }
 
 func TestSignedBytes(t *testing.T) {
-	p := &bft.Prepare{View: 3, Seq: 77, Digest: digest(1), Replica: 2, Sig: sig(5)}
+	p := &checkpoints()[1]
 	unsigned := *p
 	unsigned.Sig = nil
 	if got, want := SignedBytes(nil, p), Append(nil, &unsigned); !bytes.Equal(got, want) {
-		t.Errorf("SignedBytes(prepare) = %x, want the encoding without its sig %x", got, want)
+		t.Errorf("SignedBytes(checkpoint) = %x, want the encoding without its sig %x", got, want)
 	}
 	// Only the outer signature is left out: a view change's signature
-	// covers the certificates it forwards, signatures included.
+	// covers the certificate it forwards, signatures included, and its
+	// claims.
 	vc := viewChange(1)
 	sb := SignedBytes(nil, &vc)
 	vc2 := viewChange(1)
@@ -238,13 +235,19 @@ func TestSignedBytes(t *testing.T) {
 		t.Error("a view change's signed bytes do not cover its checkpoints' signatures")
 	}
 	vc2 = viewChange(1)
+	vc2.PrePrepared[1].View++
+	if bytes.Equal(sb, SignedBytes(nil, &vc2)) {
+		t.Error("a view change's signed bytes do not cover its Q claims")
+	}
+	vc2 = viewChange(1)
 	vc2.Sig = sig(0xee)
 	if !bytes.Equal(sb, SignedBytes(nil, &vc2)) {
 		t.Error("a view change's signed bytes depend on its own signature")
 	}
 	// A prepare and a commit with the same fields sign different bytes.
 	c := &bft.Commit{View: 3, Seq: 77, Digest: digest(1), Replica: 2}
-	if bytes.Equal(SignedBytes(nil, c), SignedBytes(nil, p)[:len(SignedBytes(nil, c))]) {
+	pr := &bft.Prepare{View: 3, Seq: 77, Digest: digest(1), Replica: 2}
+	if bytes.Equal(SignedBytes(nil, c), SignedBytes(nil, pr)) {
 		t.Error("the type byte does not separate prepare from commit")
 	}
 	// Unsigned types sign their plain encoding.
@@ -291,13 +294,12 @@ func TestEncodePanicsOnForeignType(t *testing.T) {
 	Append(nil, nil)
 }
 
-// A certificate in a view change, or a pre-prepare in a new view, has no
-// place for a batch in the format: encoding one that carries a batch is a
-// programming error, not a silent loss.
-func TestEncodePanicsOnBatchInCertificate(t *testing.T) {
+// A pre-prepare in a new view has no place for a batch in the format:
+// encoding one that carries a batch is a programming error, not a silent
+// loss.
+func TestEncodePanicsOnBatchInNewView(t *testing.T) {
 	withBatch := prePrepare(4, 129, 2)
 	for _, m := range []bft.Message{
-		&bft.ViewChange{Prepared: []bft.PreparedCert{{PrePrepare: withBatch}}},
 		&bft.NewView{PrePrepares: []bft.PrePrepare{withBatch}},
 	} {
 		func() {
@@ -318,10 +320,13 @@ func cat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 
 func TestMalformed(t *testing.T) {
 	d := digest(0)
-	prep := func(replica []byte, sig []byte) []byte {
-		return cat([]byte{byte(bft.TypePrepare)}, uv(1), uv(2), d[:], replica, sig)
+	prep := func(replica []byte) []byte {
+		return cat([]byte{byte(bft.TypePrepare)}, uv(1), uv(2), d[:], replica)
 	}
-	valid := prep(uv(1), uv(0))
+	ckpt := func(sig []byte) []byte {
+		return cat([]byte{byte(bft.TypeCheckpoint)}, uv(8), d[:], uv(1), sig)
+	}
+	valid := prep(uv(1))
 	if _, err := Decode(valid); err != nil {
 		t.Fatalf("the base prepare does not decode: %v", err)
 	}
@@ -343,11 +348,12 @@ func TestMalformed(t *testing.T) {
 		{"padded zero", cat([]byte{byte(bft.TypeFetchState), 0x80, 0x80, 0x00}), Limits{}, "fetch-state: seq: non-minimal varint"},
 		{"varint overflow", cat([]byte{byte(bft.TypeFetchState)}, bytes.Repeat([]byte{0xff}, 10), []byte{0x01}), Limits{}, "fetch-state: seq: varint overflows"},
 		{"unterminated varint", []byte{byte(bft.TypeFetchState), 0x80}, Limits{}, "fetch-state: seq: truncated"},
-		{"replica out of range", prep(uv(4), uv(0)), small, "prepare: replica: replica 4 out of range (limit 4)"},
-		{"replica over uint32", prep(uv(1<<32), uv(0)), Limits{MaxReplicas: 1 << 62}, "replica 4294967296 out of range"},
-		{"sig too long", prep(uv(1), cat(uv(65), make([]byte, 65))), Limits{}, "prepare: sig: length 65 exceeds the limit of 64"},
-		{"sig truncated", prep(uv(1), cat(uv(64), make([]byte, 10))), Limits{}, "prepare: sig: length 64: truncated"},
-		{"huge sig length", prep(uv(1), uv(1<<63)), Limits{MaxSig: 1 << 62}, "prepare: sig: length 9223372036854775808 exceeds"},
+		{"replica out of range", prep(uv(4)), small, "prepare: replica: replica 4 out of range (limit 4)"},
+		{"replica over uint32", prep(uv(1 << 32)), Limits{MaxReplicas: 1 << 62}, "replica 4294967296 out of range"},
+		{"sig too long", ckpt(cat(uv(65), make([]byte, 65))), Limits{}, "checkpoint: sig: length 65 exceeds the limit of 64"},
+		{"sig truncated", ckpt(cat(uv(64), make([]byte, 10))), Limits{}, "checkpoint: sig: length 64: truncated"},
+		{"huge sig length", ckpt(uv(1 << 63)), Limits{MaxSig: 1 << 62}, "checkpoint: sig: length 9223372036854775808 exceeds"},
+		{"prepare with a sig", cat(prep(uv(1)), uv(0)), Limits{}, "prepare: 1 trailing bytes"},
 		{"too big", make([]byte, 201), small, "wire: 201 bytes exceed the limit of 200"},
 		{"unknown request flag", cat([]byte{byte(bft.TypeRequest)}, uv(1), uv(1), uv(4), uv(0), uv(0)), Limits{}, "request: flags: unknown flags 0x4"},
 		{"notify payload over limit", cat([]byte{byte(bft.TypeNotify)}, uv(1), uv(1), uv(1), uv(1), uv(9), make([]byte, 9)), small, "notify: payload: length 9 exceeds"},
@@ -356,7 +362,7 @@ func TestMalformed(t *testing.T) {
 		{"op over limit", cat([]byte{byte(bft.TypeRequest)}, uv(1), uv(1), uv(0), uv(9), make([]byte, 9), uv(0)), small, "request: op: length 9 exceeds the limit of 8"},
 		{"auth over limit", cat([]byte{byte(bft.TypeRequest)}, uv(1), uv(1), uv(0), uv(0), uv(65), make([]byte, 65)), small, "request: auth: length 65 exceeds"},
 		{"result over limit", cat([]byte{byte(bft.TypeReply)}, uv(1), uv(1), uv(1), uv(1), []byte{0}, uv(0), uv(9), make([]byte, 9)), small, "reply: result: length 9 exceeds"},
-		{"batch over limit", cat([]byte{byte(bft.TypePrePrepare)}, uv(1), uv(1), uv(7), d[:], uv(3), make([]byte, 12), uv(0)), small, "pre-prepare: batch: count 3 exceeds the limit of 2"},
+		{"batch over limit", cat([]byte{byte(bft.TypePrePrepare)}, uv(1), uv(1), uv(7), d[:], uv(3), make([]byte, 12)), small, "pre-prepare: batch: count 3 exceeds the limit of 2"},
 		// A count the remaining input cannot hold fails before the
 		// list is allocated: 1e6 requests of at least 4 bytes in 5.
 		{"batch count vs input", cat([]byte{byte(bft.TypePrePrepare)}, uv(1), uv(1), uv(7), d[:], uv(1e6), make([]byte, 5)), Limits{MaxBatch: 1 << 30}, "pre-prepare: batch: count 1000000: truncated"},
@@ -372,14 +378,24 @@ func TestMalformed(t *testing.T) {
 		{"view changes count vs input", cat([]byte{byte(bft.TypeNewView)}, uv(1), uv(100), make([]byte, 50)), Limits{}, "new-view: view-changes: count 100: truncated"},
 		{"nested error path", func() []byte {
 			vc := viewChange(1)
-			vc.Prepared[0].Prepares[1].Replica = 9
+			vc.Stable[1].Replica = 9
 			return Append(nil, &vc)
-		}(), Limits{MaxReplicas: 4}, "wire: view-change: prepared[0]: prepares[1]: replica: replica 9 out of range"},
-		{"nested pre-prepare", func() []byte {
+		}(), Limits{MaxReplicas: 4}, "wire: view-change: stable[1]: replica: replica 9 out of range"},
+		{"nested checkpoint", func() []byte {
 			nv := &bft.NewView{ViewChanges: []bft.ViewChange{viewChange(1)}}
-			nv.ViewChanges[0].Prepared[0].PrePrepare.Sig = make([]byte, 65)
+			nv.ViewChanges[0].Stable[0].Sig = make([]byte, 65)
 			return Append(nil, nv)
-		}(), Limits{}, "wire: new-view: view-changes[0]: prepared[0]: pre-prepare: sig: length 65 exceeds"},
+		}(), Limits{}, "wire: new-view: view-changes[0]: stable[0]: sig: length 65 exceeds"},
+		{"claims over limit", func() []byte {
+			vc := viewChange(1)
+			vc.Stable = nil
+			return Append(nil, &vc)
+		}(), Limits{MaxList: 2}, "wire: view-change: pre-prepared: count 3 exceeds the limit of 2"},
+		{"claim truncated", func() []byte {
+			vc := viewChange(1)
+			b := Append(nil, &vc)
+			return b[:len(b)-len(sig(8))-3-20]
+		}(), Limits{}, "wire: view-change: pre-prepared: count 3: truncated"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -418,7 +434,7 @@ func TestTruncations(t *testing.T) {
 // per input byte.
 func TestDecodeMemory(t *testing.T) {
 	const n = 100000
-	in := cat([]byte{byte(bft.TypePrePrepare)}, uv(1), uv(1), uv(7), make([]byte, 32), uv(n), make([]byte, 5*n), uv(0))
+	in := cat([]byte{byte(bft.TypePrePrepare)}, uv(1), uv(1), uv(7), make([]byte, 32), uv(n), make([]byte, 5*n))
 	lim := Limits{MaxBatch: n}
 	var before, after runtime.MemStats
 	runtime.GC()
@@ -506,7 +522,7 @@ type benchCase struct {
 func benchCases() []benchCase {
 	pp := prePrepare(3, 1000, 64)
 	return []benchCase{
-		{"prepare", &bft.Prepare{View: 3, Seq: 1000, Digest: digest(1), Replica: 2, Sig: sig(5)}},
+		{"prepare", &bft.Prepare{View: 3, Seq: 1000, Digest: digest(1), Replica: 2}},
 		{fmt.Sprintf("pre-prepare-64x%dB", len(pp.Batch[0].Op)), &pp},
 	}
 }

@@ -2,12 +2,15 @@ package simnet
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/rubin-go/rubin/bft"
+	"github.com/rubin-go/rubin/bft/internal/quorum"
 	"github.com/rubin-go/rubin/bft/wire"
 )
 
@@ -34,6 +37,46 @@ type Adversary struct {
 	// pre-prepare per (view, seq), so every backup gets the same one.
 	oldReqs  []bft.Request
 	reissued map[[2]uint64]*bft.PrePrepare
+	// Batches its view changes claimed without their having been
+	// proposed, by digest, to answer fetches with (ServeFakes).
+	fakes map[bft.Digest]*bft.Batch
+	// Undecided counts the new views it sent from view changes that do
+	// not decide every slot (LieUndecidingNewView).
+	undecided int
+	// The signatures of those new views, and how many times a correct
+	// replica took one (which it must never do).
+	undecidedSigs  map[string]bool
+	undecidedTaken int
+}
+
+// Undecided reports how many new views the adversary sent from view
+// changes that do not decide every slot, and how many times a correct
+// replica took one of them without an error (never, if the replicas
+// check the new-view rule).
+func (a *Adversary) Undecided() (sent, taken int) { return a.undecided, a.undecidedTaken }
+
+// noteUndecided remembers nv, which the adversary sends although its view
+// changes do not decide every slot.
+func (a *Adversary) noteUndecided(nv *bft.NewView) {
+	a.undecided++
+	if a.undecidedSigs == nil {
+		a.undecidedSigs = make(map[string]bool)
+	}
+	a.undecidedSigs[string(nv.Sig)] = true
+}
+
+// tookUndecided counts a correct replica's taking m, if it is one of the
+// undecided new views of an adversary.
+func (n *Net) tookUndecided(to bft.Target, m bft.Message, err error) {
+	nv, ok := m.(*bft.NewView)
+	if !ok || err != nil || to.Client || n.Faulty[to.ID] {
+		return
+	}
+	for _, a := range n.adv {
+		if a.undecidedSigs[string(nv.Sig)] {
+			a.undecidedTaken++
+		}
+	}
 }
 
 // Behavior rewrites one envelope a Byzantine replica is about to send.
@@ -136,7 +179,8 @@ func (a *Adversary) other() bft.ReplicaID {
 
 // Equivocate: as primary, send the pre-prepares it proposes in the
 // normal case with different batches to different backups for the same
-// view and sequence number (validly signed), split by sequence number:
+// view and sequence number, split by sequence number (pre-prepares are
+// unsigned, so no backup can prove the equivocation to another):
 // the real batch to half the backups and another to the rest; another
 // batch to all backups but one (which then prepares at 2f backups but
 // cannot commit); or a different batch to every backup. The other batch
@@ -187,7 +231,6 @@ func Equivocate() Behavior {
 			alt.Batch = append(alt.Batch, r)
 		}
 		alt.Digest = bft.BatchDigest(alt.Time, alt.Batch)
-		alt.Sig = a.sign(alt)
 		return []bft.Envelope{{To: e.To, Msg: alt}}
 	}
 }
@@ -213,7 +256,6 @@ func Repropose() Behavior {
 			alt = &bft.PrePrepare{View: pp.View, Seq: pp.Seq, Time: pp.Time}
 			alt.Batch = append(append(alt.Batch, pp.Batch...), a.oldReqs[a.Rand.IntN(len(a.oldReqs))])
 			alt.Digest = bft.BatchDigest(alt.Time, alt.Batch)
-			alt.Sig = a.sign(alt)
 		}
 		for _, r := range pp.Batch {
 			if len(a.oldReqs) < advRing {
@@ -275,10 +317,12 @@ func OnlyToF() Behavior {
 }
 
 // Forge sends, besides (or instead of) a fraction p of its messages,
-// corrupted variants: wrong results in replies to clients; another replica's ID in the Replica field, a bad
-// signature, a stale view, a sequence number outside the watermarks, a
-// conflicting digest in its prepares and commits (validly signed: an
-// equivocating backup), a checkpoint with a wrong state digest.
+// corrupted variants: wrong results in replies to clients; another
+// replica's ID in the Replica field, a stale view, a sequence number
+// outside the watermarks, a conflicting digest in its prepares and
+// commits (an equivocating backup), a second pre-prepare for the same
+// slot, a pre-prepare whose digest does not match its batch, a
+// checkpoint with a wrong state digest (validly signed).
 func Forge(p float64) Behavior {
 	return func(a *Adversary, e bft.Envelope) []bft.Envelope {
 		if a.Rand.Float64() >= p {
@@ -307,12 +351,10 @@ func Forge(p float64) Behavior {
 			case 0: // another replica's name
 				c := *m
 				c.Replica = a.other()
-				c.Sig = a.sign(&c)
 				add(&c)
-			case 1: // a bad signature
+			case 1: // a second prepare with another digest, after the real one
 				c := *m
-				c.Sig = append([]byte(nil), m.Sig...)
-				c.Sig[a.Rand.IntN(len(c.Sig))] ^= 0x40
+				c.Digest = a.randDigest()
 				add(&c)
 			case 2: // stale or far-future view
 				c := *m
@@ -321,17 +363,14 @@ func Forge(p float64) Behavior {
 				} else {
 					c.View += 1000
 				}
-				c.Sig = a.sign(&c)
 				add(&c)
 			case 3: // out of the watermarks
 				c := *m
 				c.Seq += L * (1 + uint64(a.Rand.IntN(3)))
-				c.Sig = a.sign(&c)
 				add(&c)
 			case 4: // conflicting prepare, in place of the real one
 				c := *m
 				c.Digest = a.randDigest()
-				c.Sig = a.sign(&c)
 				replace(&c)
 			}
 		case *bft.Commit:
@@ -360,15 +399,13 @@ func Forge(p float64) Behavior {
 		case *bft.PrePrepare:
 			c := *m
 			switch a.Rand.IntN(3) {
-			case 0:
-				c.Sig = append([]byte(nil), m.Sig...)
-				c.Sig[0] ^= 1
+			case 0: // the same slot at another time: equivocation
+				c.Time++
+				c.Digest = bft.BatchDigest(c.Time, c.Batch)
 			case 1:
 				c.Seq += L
-				c.Sig = a.sign(&c)
 			case 2:
 				c.Digest = a.randDigest() // digest not matching the batch
-				c.Sig = a.sign(&c)
 			}
 			add(&c)
 		case *bft.ViewChange:
@@ -415,30 +452,97 @@ func Replay(p float64) func(a *Adversary) {
 }
 
 // LieInViewChange replaces the replica's view changes, per destination,
-// with lies (validly signed by itself): a prepared certificate for a
-// batch that never prepared, with forged prepares; one whose prepares
-// are copied from another sequence number; a stable checkpoint without a
-// valid certificate; a view far in the future. As a new primary it sends
-// new views whose pre-prepares do not follow from their view changes.
+// with lies (validly signed by itself): a P claim for a batch it never
+// prepared, of the highest view a view change may claim (with a Q claim
+// to match, so the lie is consistent); P claims for the batches it only
+// accepted, raised to that view; Q claims for batches nobody proposed;
+// no claims at all; a stable checkpoint without a valid certificate; a
+// view far in the future. As a new primary it sends new views built from
+// a different set of view changes for each destination (sent even when
+// that set decides some sequence number neither way, which backups must
+// refuse), or whose pre-prepares do not follow from their view changes.
 func LieInViewChange() Behavior {
+	return Lies()
+}
+
+// Lie is one of the lies of LieInViewChange.
+type Lie int
+
+const (
+	// LieFakePrepared: a P claim, with a Q claim to match, of the highest
+	// view a view change may name, for a batch nobody proposed (of a
+	// colluding client, validly authenticated, which ServeFakes hands
+	// out), at the first slot above what it executed or at a slot it
+	// prepared. Every adversary makes the same batch for a slot, so
+	// several colluding liars support one another's claims.
+	LieFakePrepared Lie = iota + 1
+	// LieRaisedPrepared: every batch it accepted claimed prepared in the
+	// highest view.
+	LieRaisedPrepared
+	// LieFakeAccepted: Q claims for batches nobody proposed.
+	LieFakeAccepted
+	// LieNoClaims: no P and no Q claims.
+	LieNoClaims
+	// LieCheckpoint: a stable checkpoint without a valid certificate.
+	LieCheckpoint
+	// LieFarView: a view far in the future.
+	LieFarView
+	// LieBadSignature: a bad signature on an honest view change.
+	LieBadSignature
+	// LieUndecidingNewView: as new primary, a new view from a quorum of
+	// its view changes that leaves a slot undecided (null there), if one
+	// does, or else from any other quorum: different provable new views
+	// to different backups.
+	LieUndecidingNewView
+	// LieWrongNewView: as new primary, a new view whose pre-prepares do
+	// not follow from its view changes: a batch replaced by the null one
+	// (or the null one by a batch nobody proposed), or an extra slot.
+	LieWrongNewView
+)
+
+// Lies is LieInViewChange restricted to the given lies (all of them if
+// none is given), picked at random per message and destination; a view
+// change is sent honestly now and then.
+func Lies(kinds ...Lie) Behavior {
+	var vcLies, nvLies []Lie
+	if len(kinds) == 0 {
+		kinds = []Lie{LieFakePrepared, LieRaisedPrepared, LieFakeAccepted, LieNoClaims, LieCheckpoint, LieFarView, LieBadSignature, LieUndecidingNewView, LieWrongNewView}
+	}
+	for _, k := range kinds {
+		if k == LieUndecidingNewView || k == LieWrongNewView {
+			nvLies = append(nvLies, k)
+		} else {
+			vcLies = append(vcLies, k)
+		}
+	}
 	return func(a *Adversary, e bft.Envelope) []bft.Envelope {
 		switch m := e.Msg.(type) {
 		case *bft.ViewChange:
-			lie := a.lieVC(m)
+			if len(vcLies) == 0 || a.Rand.IntN(len(vcLies)+1) == 0 {
+				return []bft.Envelope{e} // honest, to this destination
+			}
+			lie := a.lieVC(m, vcLies[a.Rand.IntN(len(vcLies))])
 			if lie == nil {
 				return []bft.Envelope{e}
 			}
 			return []bft.Envelope{{To: e.To, Msg: lie}}
 		case *bft.NewView:
-			if m.Replica != a.ID || a.Rand.IntN(4) == 0 {
+			if m.Replica != a.ID || len(nvLies) == 0 || a.Rand.IntN(4) == 0 {
 				return []bft.Envelope{e}
 			}
 			q := a.Net.N - (a.Net.N-1)/3
-			if len(m.ViewChanges) > q && a.Rand.IntN(2) == 0 {
-				// A valid new view, but built from a different quorum
-				// of view changes for each destination: different
-				// pre-prepares for one (view, seq), all provable.
-				return []bft.Envelope{{To: e.To, Msg: a.subsetNewView(m, q)}}
+			if nvLies[a.Rand.IntN(len(nvLies))] == LieUndecidingNewView {
+				if len(m.ViewChanges) > q && a.Rand.IntN(2) == 0 {
+					// A new view built from a different quorum of view
+					// changes for each destination: different
+					// pre-prepares for one (view, seq), each provable,
+					// or a quorum that does not decide a slot.
+					return []bft.Envelope{{To: e.To, Msg: a.subsetNewView(m, q)}}
+				}
+				if nv := a.undecidingNewView(m); nv != nil {
+					return []bft.Envelope{{To: e.To, Msg: nv}}
+				}
+				return []bft.Envelope{e}
 			}
 			c := *m
 			c.PrePrepares = append([]bft.PrePrepare(nil), m.PrePrepares...)
@@ -450,9 +554,8 @@ func LieInViewChange() Behavior {
 				pp := c.PrePrepares[i]
 				pp.Digest = bft.BatchDigest(0, nil)
 				if pp.Digest == c.PrePrepares[i].Digest {
-					pp.Digest = bft.BatchDigest(0, []bft.Request{{Client: 1, Timestamp: 1 << 40, Op: []byte("evil"), Auth: make([]byte, a.Net.N*a.Net.MACSize())}})
+					pp.Digest = bft.BatchDigest(0, a.evil())
 				}
-				pp.Sig = a.sign(&pp)
 				c.PrePrepares[i] = pp
 			default:
 				// Claim an extra slot with an unauthorized request.
@@ -465,8 +568,7 @@ func LieInViewChange() Behavior {
 					}
 				}
 				pp := bft.PrePrepare{View: c.View, Seq: seq}
-				pp.Digest = bft.BatchDigest(0, []bft.Request{{Client: 1, Timestamp: 1 << 40, Op: []byte("evil"), Auth: make([]byte, a.Net.N*a.Net.MACSize())}})
-				pp.Sig = a.sign(&pp)
+				pp.Digest = bft.BatchDigest(0, a.evil())
 				c.PrePrepares = append(c.PrePrepares, pp)
 			}
 			c.Sig = a.sign(&c)
@@ -476,70 +578,59 @@ func LieInViewChange() Behavior {
 	}
 }
 
-func (a *Adversary) lieVC(vc *bft.ViewChange) *bft.ViewChange {
+// evil is a batch with a request no client sent (its authenticator is
+// zeros): one that must never execute.
+func (a *Adversary) evil() []bft.Request {
+	return []bft.Request{{Client: 1, Timestamp: 1 << 40, Op: []byte("evil"), Auth: make([]byte, a.Net.N*a.Net.MACSize())}}
+}
+
+func (a *Adversary) lieVC(vc *bft.ViewChange, kind Lie) *bft.ViewChange {
 	n := a.Net
 	K := n.Configs[a.ID].CheckpointInterval
 	if K == 0 {
 		K = 128
 	}
 	lie := *vc
-	evil := []bft.Request{{Client: 1, Timestamp: 1 << 40, Op: []byte("evil"), Auth: make([]byte, n.N*n.MACSize())}}
-	switch a.Rand.IntN(6) {
-	case 0:
-		return nil // honest, to this destination
-	case 1:
-		// A batch that never prepared: the old primary's pre-prepare and
-		// backups' prepares "signed" with this replica's key.
-		// The slot is the first one no certificate covers and this
-		// replica has not executed, where it could still bind.
-		v := vc.View - 1
+	top := vc.View - 1 // the highest view a claim may name
+	switch kind {
+	case LieFakePrepared:
+		// At the first slot no claim covers and this replica has not
+		// executed, where it could still bind, or displacing a batch it
+		// prepared (which may have committed).
 		seq := max(vc.StableSeq, n.Replicas[a.ID].Status().LastExecuted)
 		for _, c := range vc.Prepared {
-			seq = max(seq, c.PrePrepare.Seq)
+			seq = max(seq, c.Seq)
 		}
 		seq++
 		if a.Rand.IntN(2) == 0 && len(vc.Prepared) > 0 {
-			seq = vc.Prepared[0].PrePrepare.Seq // or displace a prepared batch
+			seq = vc.Prepared[a.Rand.IntN(len(vc.Prepared))].Seq
 		}
-		pp := bft.PrePrepare{View: v, Seq: seq, Digest: bft.BatchDigest(0, evil)}
-		pp.Sig = a.sign(&pp)
-		cert := bft.PreparedCert{PrePrepare: pp}
-		for i := 0; i < n.N && len(cert.Prepares) < 2*((n.N-1)/3); i++ {
-			if uint64(i) == v%uint64(n.N) {
-				continue
+		fake := bft.Claim{View: top, Seq: seq, Digest: a.fakeBatch(seq, top)}
+		lie.Prepared = append(without(vc.Prepared, seq), fake)
+		lie.PrePrepared = append(append([]bft.Claim(nil), vc.PrePrepared...), fake)
+	case LieRaisedPrepared:
+		lie.Prepared = nil
+		for _, c := range vc.PrePrepared {
+			lie.Prepared = append(lie.Prepared, bft.Claim{View: top, Seq: c.Seq, Digest: c.Digest})
+		}
+		lie.PrePrepared = append([]bft.Claim(nil), vc.PrePrepared...)
+		for i := range lie.PrePrepared {
+			lie.PrePrepared[i].View = top
+		}
+	case LieFakeAccepted:
+		// In the highest view, at up to 8 slots, crowding out its real
+		// ones.
+		lie.PrePrepared = nil
+		L := n.Configs[a.ID].WatermarkWindow
+		for s := vc.StableSeq + 1; s <= vc.StableSeq+min(L, 8); s++ {
+			for k := 0; k < bft.MaxPrePrepared; k++ {
+				lie.PrePrepared = append(lie.PrePrepared, bft.Claim{View: top, Seq: s, Digest: a.randDigest()})
 			}
-			p := bft.Prepare{View: v, Seq: pp.Seq, Digest: pp.Digest, Replica: bft.ReplicaID(i)}
-			p.Sig = a.sign(&p)
-			cert.Prepares = append(cert.Prepares, p)
 		}
-		lie.Prepared = []bft.PreparedCert{cert}
-		for _, c := range vc.Prepared {
-			if c.PrePrepare.Seq != seq {
-				lie.Prepared = append(lie.Prepared, c)
-			}
-		}
-		if seq-vc.StableSeq > n.Configs[a.ID].WatermarkWindow {
-			return nil
-		}
-	case 2:
-		// Prepares copied from another sequence number: a real
-		// certificate moved one slot up, or two swapped.
-		if len(vc.Prepared) == 0 {
-			return nil
-		}
-		certs := append([]bft.PreparedCert(nil), vc.Prepared...)
-		if len(certs) >= 2 && certs[0].PrePrepare.Digest != certs[1].PrePrepare.Digest {
-			certs[0].Prepares, certs[1].Prepares = certs[1].Prepares, certs[0].Prepares
-		} else {
-			last := certs[len(certs)-1]
-			last.PrePrepare.Seq++
-			last.PrePrepare.Sig = a.sign(&last.PrePrepare)
-			certs = append(certs, last)
-		}
-		lie.Prepared = certs
-	case 3:
-		// A stable checkpoint without a valid certificate: its own
-		// checkpoint and others' names.
+	case LieNoClaims:
+		lie.Prepared, lie.PrePrepared = nil, nil
+	case LieCheckpoint:
+		// Its own checkpoint and others' names.
 		s := vc.StableSeq + K
 		d := a.randDigest()
 		lie.StableSeq = s
@@ -549,29 +640,127 @@ func (a *Adversary) lieVC(vc *bft.ViewChange) *bft.ViewChange {
 			c.Sig = a.sign(&c)
 			lie.Stable = append(lie.Stable, c)
 		}
-		lie.Prepared = trimFrom(vc.Prepared, s+1)
-	case 4:
-		// A view far in the future.
+	case LieFarView:
 		lie.View = vc.View + 1000 + uint64(a.Rand.IntN(1<<20))
-	case 5:
-		// A bad signature on an otherwise honest view change.
+	case LieBadSignature:
 		lie.Sig = append([]byte(nil), vc.Sig...)
 		lie.Sig[len(lie.Sig)-1] ^= 0x80
 		return &lie
+	default:
+		return nil
 	}
+	a.tidyClaims(&lie)
 	lie.Sig = a.sign(&lie)
 	return &lie
 }
 
-// trimFrom returns the certificates for sequence numbers at or above s.
-func trimFrom(cs []bft.PreparedCert, s uint64) []bft.PreparedCert {
-	var out []bft.PreparedCert
+// fakeBatch makes the batch LieFakePrepared claims at seq in view v: a
+// request of a colluding client, validly authenticated, the same for
+// every adversary; it remembers it for ServeFakes and returns its digest.
+func (a *Adversary) fakeBatch(seq, v uint64) bft.Digest {
+	r := bft.Request{Client: 1<<30 + 1, Timestamp: seq<<20 | v&(1<<20-1), Op: []byte("fake-prepared")}
+	a.Net.SignRequest(&r)
+	b := &bft.Batch{Seq: seq, Requests: []bft.Request{r}}
+	b.Digest = bft.BatchDigest(0, b.Requests)
+	if a.fakes == nil {
+		a.fakes = make(map[bft.Digest]*bft.Batch)
+	}
+	if len(a.fakes) > 4*advRing {
+		clear(a.fakes)
+	}
+	a.fakes[b.Digest] = b
+	return b.Digest
+}
+
+// ServeFakes answers every batch fetch for a batch its view changes
+// claimed (LieFakePrepared) with that batch, which matches the digest:
+// were a new view ever to re-propose one, replicas would fetch and
+// execute it, and the checker would see two correct replicas disagree.
+func ServeFakes() func(a *Adversary) {
+	seen := 0
+	return func(a *Adversary) {
+		if a.nHeard-seen > advRing {
+			seen = a.nHeard - advRing
+		}
+		for ; seen < a.nHeard; seen++ {
+			p := a.heard[seen%advRing]
+			fb, ok := p.Msg.(*bft.FetchBatch)
+			if !ok || p.From.Client {
+				continue
+			}
+			if b := a.fakes[fb.Digest]; b != nil && b.Seq == fb.Seq {
+				c := *b
+				c.Replica = a.ID
+				a.Send(bft.ReplicaID(p.From.ID), &c)
+			}
+		}
+	}
+}
+
+// without returns the claims not for seq.
+func without(cs []bft.Claim, seq uint64) []bft.Claim {
+	var out []bft.Claim
 	for _, c := range cs {
-		if c.PrePrepare.Seq >= s && c.PrePrepare.Seq-s < 1<<20 {
+		if c.Seq != seq {
 			out = append(out, c)
 		}
 	}
 	return out
+}
+
+// tidyClaims puts a lying view change's claims in the form verifiers
+// check (see bft.ViewChange), so that it is the lie that is tested, not
+// its form: claims in (StableSeq, StableSeq+L], one P claim per sequence
+// number (the last given), Q claims with distinct digests, the
+// highest-view MaxPrePrepared of each sequence number, in order.
+func (a *Adversary) tidyClaims(vc *bft.ViewChange) {
+	L := a.Net.Configs[a.ID].WatermarkWindow
+	in := func(c bft.Claim) bool { return c.Seq > vc.StableSeq && c.Seq-vc.StableSeq <= L && c.View < vc.View }
+	ps := map[uint64]bft.Claim{}
+	for _, c := range vc.Prepared {
+		if in(c) {
+			ps[c.Seq] = c
+		}
+	}
+	vc.Prepared = nil
+	for _, c := range ps {
+		vc.Prepared = append(vc.Prepared, c)
+	}
+	slices.SortFunc(vc.Prepared, func(x, y bft.Claim) int { return cmp.Compare(x.Seq, y.Seq) })
+	type key struct {
+		seq uint64
+		d   bft.Digest
+	}
+	qs := map[key]bft.Claim{}
+	for _, c := range vc.PrePrepared {
+		k := key{c.Seq, c.Digest}
+		if o, ok := qs[k]; in(c) && (!ok || c.View > o.View) {
+			qs[k] = c
+		}
+	}
+	var all []bft.Claim
+	for _, c := range qs {
+		all = append(all, c)
+	}
+	slices.SortFunc(all, func(x, y bft.Claim) int {
+		if x.Seq != y.Seq {
+			return cmp.Compare(x.Seq, y.Seq)
+		}
+		if x.View != y.View {
+			return cmp.Compare(y.View, x.View)
+		}
+		return bytes.Compare(x.Digest[:], y.Digest[:])
+	})
+	vc.PrePrepared = nil
+	run := 0
+	for i, c := range all {
+		if i == 0 || c.Seq != all[i-1].Seq {
+			run = 0
+		}
+		if run++; run <= bft.MaxPrePrepared {
+			vc.PrePrepared = append(vc.PrePrepared, c)
+		}
+	}
 }
 
 // ClientAttack is a Byzantine client, ID, that every tick (with
@@ -764,45 +953,150 @@ func (c *ClientAttack) replay() {
 	n.Send(bft.ToClient(r.Client), bft.Envelope{To: bft.ToReplica(bft.ReplicaID(to)), Msg: r})
 }
 
-// subsetNewView rebuilds nv from q of its view changes, chosen at random,
-// with the pre-prepares the core would compute from them, validly signed.
+// subsetNewView rebuilds nv from q of its view changes with the
+// pre-prepares the new-view rule gives for them (Decide): a quorum that
+// leaves some slot undecided if there is one (proposing the null batch
+// there, which backups must refuse), or else one chosen at random.
 func (a *Adversary) subsetNewView(nv *bft.NewView, q int) *bft.NewView {
+	var vcs []bft.ViewChange
+	var pps []bft.PrePrepare
+	decided := true
+	for try := 0; try < 8; try++ {
+		sub := append([]bft.ViewChange(nil), nv.ViewChanges...)
+		a.Rand.Shuffle(len(sub), func(i, j int) { sub[i], sub[j] = sub[j], sub[i] })
+		sub = sub[:q]
+		sortVCs(sub)
+		got, ok := Decide(nv.View, sub, a.Net.N)
+		if vcs == nil || !ok {
+			vcs, pps, decided = sub, got, ok
+		}
+		if !ok {
+			break
+		}
+	}
+	c := &bft.NewView{View: nv.View, ViewChanges: vcs, PrePrepares: pps, Replica: nv.Replica}
+	c.Sig = a.sign(c)
+	if !decided {
+		a.noteUndecided(c)
+	}
+	return c
+}
+
+// undecidingNewView rebuilds nv with its own view change replaced by one
+// that claims, in the highest view, to have prepared a batch nobody
+// proposed at the first slot above the new view's checkpoint: no other
+// view change supports it, so it fails A2, and it keeps 2f+1 view changes
+// from agreeing that nothing prepared there, so the slot is decided
+// neither way if the others do not decide it. The new view proposes the
+// null batch there anyway, which backups must refuse.
+func (a *Adversary) undecidingNewView(nv *bft.NewView) *bft.NewView {
 	vcs := append([]bft.ViewChange(nil), nv.ViewChanges...)
-	a.Rand.Shuffle(len(vcs), func(i, j int) { vcs[i], vcs[j] = vcs[j], vcs[i] })
-	vcs = vcs[:q]
-	sortVCs(vcs)
-	c := &bft.NewView{View: nv.View, ViewChanges: vcs, Replica: nv.Replica}
-	// As bft's computeNewView: from min-s, the highest stable checkpoint,
-	// to max-s, each slot gets the highest-view prepared digest or null.
+	var minS uint64
+	own := -1
+	for i := range vcs {
+		minS = max(minS, vcs[i].StableSeq)
+		if vcs[i].Replica == a.ID {
+			own = i
+		}
+	}
+	if own < 0 {
+		return nil
+	}
+	lie := vcs[own]
+	seq := max(minS, lie.StableSeq) + 1
+	fake := bft.Claim{View: lie.View - 1, Seq: seq, Digest: a.fakeBatch(seq, lie.View-1)}
+	lie.Prepared = append(without(lie.Prepared, seq), fake)
+	a.tidyClaims(&lie)
+	lie.Sig = a.sign(&lie)
+	vcs[own] = lie
+	pps, ok := Decide(nv.View, vcs, a.Net.N)
+	c := &bft.NewView{View: nv.View, ViewChanges: vcs, PrePrepares: pps, Replica: nv.Replica}
+	c.Sig = a.sign(c)
+	if !ok {
+		a.noteUndecided(c)
+	}
+	return c
+}
+
+// Decide is the new-view rule (see docs/bft.md), written here apart from
+// the core's, as simply as it can be, trying every view: the
+// pre-prepares a new view of view must carry given view changes vcs of a
+// cluster of n replicas, and whether vcs decide every sequence number (a
+// slot they do not decide gets the null batch).
+func Decide(view uint64, vcs []bft.ViewChange, n int) ([]bft.PrePrepare, bool) {
+	f, q := quorum.Faults(n), quorum.Quorum(n)
 	var minS uint64
 	for i := range vcs {
 		minS = max(minS, vcs[i].StableSeq)
 	}
-	best := make(map[uint64]*bft.PreparedCert)
 	maxS := minS
 	for i := range vcs {
-		for j := range vcs[i].Prepared {
-			pc := &vcs[i].Prepared[j]
-			s := pc.PrePrepare.Seq
-			if s <= minS {
-				continue
-			}
-			if b := best[s]; b == nil || pc.PrePrepare.View > b.PrePrepare.View {
-				best[s] = pc
-			}
-			maxS = max(maxS, s)
+		for _, c := range vcs[i].Prepared {
+			maxS = max(maxS, c.Seq)
+		}
+		for _, c := range vcs[i].PrePrepared {
+			maxS = max(maxS, c.Seq)
 		}
 	}
+	pOf := func(vc *bft.ViewChange, s uint64) *bft.Claim {
+		for i := range vc.Prepared {
+			if vc.Prepared[i].Seq == s {
+				return &vc.Prepared[i]
+			}
+		}
+		return nil
+	}
+	var pps []bft.PrePrepare
+	decided := true
 	for s := minS + 1; s <= maxS; s++ {
-		pp := bft.PrePrepare{View: nv.View, Seq: s, Digest: bft.BatchDigest(0, nil)}
-		if b := best[s]; b != nil {
-			pp.Time, pp.Digest = b.PrePrepare.Time, b.PrePrepare.Digest
+		var digests []bft.Digest
+		noP := 0
+		for i := range vcs {
+			if p := pOf(&vcs[i], s); p != nil {
+				digests = append(digests, p.Digest)
+			} else {
+				noP++
+			}
+			for _, c := range vcs[i].PrePrepared {
+				if c.Seq == s {
+					digests = append(digests, c.Digest)
+				}
+			}
 		}
-		pp.Sig = a.sign(&pp)
-		c.PrePrepares = append(c.PrePrepares, pp)
+		var best *bft.Claim
+		for _, d := range digests {
+			for v := uint64(0); v < view; v++ {
+				a1, a2 := 0, 0
+				for i := range vcs {
+					p := pOf(&vcs[i], s)
+					if p == nil || p.View < v || (p.View == v && p.Digest == d) {
+						a1++
+					}
+					sup := p != nil && p.Digest == d && p.View >= v
+					for _, x := range vcs[i].PrePrepared {
+						sup = sup || (x.Seq == s && x.Digest == d && x.View >= v)
+					}
+					if sup {
+						a2++
+					}
+				}
+				if a1 < q || a2 < f+1 {
+					continue
+				}
+				if best == nil || v > best.View || (v == best.View && bytes.Compare(d[:], best.Digest[:]) < 0) {
+					best = &bft.Claim{View: v, Seq: s, Digest: d}
+				}
+			}
+		}
+		pp := bft.PrePrepare{View: view, Seq: s, Digest: bft.BatchDigest(0, nil)}
+		if best != nil {
+			pp.Digest = best.Digest
+		} else if noP < q {
+			decided = false
+		}
+		pps = append(pps, pp)
 	}
-	c.Sig = a.sign(c)
-	return c
+	return pps, decided
 }
 
 func sortVCs(vcs []bft.ViewChange) {
@@ -812,3 +1106,7 @@ func sortVCs(vcs []bft.ViewChange) {
 		}
 	}
 }
+
+// Adversary returns the adversary controlling replica id, or nil if it
+// is correct.
+func (n *Net) Adversary(id bft.ReplicaID) *Adversary { return n.adv[id] }

@@ -2,25 +2,39 @@ package simnet
 
 import "github.com/rubin-go/rubin/bft"
 
-// OmitCertificates sends the replica's view changes without any of its
-// prepared certificates (validly signed by itself): the one lie about a
-// view change nobody can detect, since a replica may have prepared
-// nothing. A new view must still keep every committed request, from the
-// correct replicas' view changes.
+// OmitCertificates sends the replica's view changes without any of its P
+// claims (validly signed by itself): a lie about a view change nobody can
+// detect, since a replica may have prepared nothing. A new view must
+// still keep every committed request, from the correct replicas' view
+// changes.
 func OmitCertificates() Behavior {
+	return omitClaims(false)
+}
+
+// OmitClaims sends the replica's view changes without any claim, P or Q
+// (validly signed by itself): it claims to have accepted nothing either,
+// so it supports no batch a new view could re-propose.
+func OmitClaims() Behavior {
+	return omitClaims(true)
+}
+
+func omitClaims(q bool) Behavior {
 	return func(a *Adversary, e bft.Envelope) []bft.Envelope {
 		vc, ok := e.Msg.(*bft.ViewChange)
-		if !ok || len(vc.Prepared) == 0 {
+		if !ok || (len(vc.Prepared) == 0 && (!q || len(vc.PrePrepared) == 0)) {
 			return []bft.Envelope{e}
 		}
 		lie := *vc
 		lie.Prepared = nil
+		if q {
+			lie.PrePrepared = nil
+		}
 		lie.Sig = a.sign(&lie)
 		return []bft.Envelope{{To: e.To, Msg: &lie}}
 	}
 }
 
-// Accomplice makes the replica prepare and commit (validly signed) every
+// Accomplice makes the replica prepare and commit every
 // pre-prepare it hears, in the normal case or in a new view, whatever its
 // own log holds: the most a single Byzantine vote can do to help a
 // conflicting batch commit.
@@ -52,7 +66,6 @@ func (a *Adversary) voteFor(pp *bft.PrePrepare) {
 		return // the primary sends no prepare
 	}
 	p := &bft.Prepare{View: pp.View, Seq: pp.Seq, Digest: pp.Digest, Replica: a.ID}
-	p.Sig = a.sign(p)
 	c := &bft.Commit{View: pp.View, Seq: pp.Seq, Digest: pp.Digest, Replica: a.ID}
 	for i := 0; i < a.Net.N; i++ {
 		a.Send(bft.ReplicaID(i), p)

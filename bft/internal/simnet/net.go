@@ -399,6 +399,7 @@ func (n *Net) deliver(p Packet) {
 			a.hear(p)
 		}
 		err = n.Replicas[i].Step(p.From, p.Msg)
+		n.tookUndecided(p.To, p.Msg, err)
 	}
 	n.countErr(err)
 }

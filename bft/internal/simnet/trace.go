@@ -123,7 +123,7 @@ func Describe(m bft.Message) string {
 	case *bft.Checkpoint:
 		return fmt.Sprintf("Checkpoint{s%d d%x r%d}", m.Seq, m.State[:3], m.Replica)
 	case *bft.ViewChange:
-		return fmt.Sprintf("ViewChange{v%d stable%d %dcerts r%d}", m.View, m.StableSeq, len(m.Prepared), m.Replica)
+		return fmt.Sprintf("ViewChange{v%d stable%d %dP %dQ r%d}", m.View, m.StableSeq, len(m.Prepared), len(m.PrePrepared), m.Replica)
 	case *bft.NewView:
 		return fmt.Sprintf("NewView{v%d %dvcs %dpps r%d}", m.View, len(m.ViewChanges), len(m.PrePrepares), m.Replica)
 	case *bft.FetchState:
