@@ -79,3 +79,46 @@ func TestNormalCase(t *testing.T) {
 		t.Fatalf("errors in a fault-free run: %v %v", n.Errors, n.LastErrors)
 	}
 }
+
+// TestRequestsSteppedTogetherShareABatch: the primary proposes when its
+// Ready is taken, not at each request: requests of several clients
+// stepped in one pass of the driver go out in one pre-prepare, and a
+// lone request is proposed at the next Ready, waiting for no timer.
+func TestRequestsSteppedTogetherShareABatch(t *testing.T) {
+	keys := simnet.NewKeys(4, 4)
+	p := newSolo(t, keys, 0, false)
+	batches := func() (sizes []int) {
+		p.ready()
+		for _, e := range p.out {
+			if pp, ok := e.Msg.(*bft.PrePrepare); ok && e.To == bft.ToReplica(1) {
+				sizes = append(sizes, len(pp.Batch))
+			}
+		}
+		p.out = nil
+		return sizes
+	}
+	for c := bft.ClientID(1); c <= 3; c++ {
+		req := bft.Request{Client: c, Timestamp: 1, Op: []byte("x")}
+		keys.SignRequest(&req)
+		if err := p.r.Step(bft.ToClient(c), &req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := batches(); fmt.Sprint(got) != "[3]" {
+		t.Fatalf("three requests stepped together went out in batches %v, want one of 3", got)
+	}
+
+	q := newSolo(t, keys, 0, false)
+	req := bft.Request{Client: 1, Timestamp: 1, Op: []byte("x")}
+	keys.SignRequest(&req)
+	if err := q.r.Step(bft.ToClient(1), &req); err != nil {
+		t.Fatal(err)
+	}
+	if !q.r.HasReady() {
+		t.Fatal("a lone request left the primary with nothing to do until a tick")
+	}
+	p = q
+	if got := batches(); fmt.Sprint(got) != "[1]" {
+		t.Fatalf("a lone request went out in batches %v, want [1]", got)
+	}
+}

@@ -140,6 +140,7 @@ type Replica struct {
 	out        []Envelope
 	committed  []Committed
 	lastStable uint64 // Stable reported in the last Ready
+	proposeDue bool   // a request reached the primary: Ready proposes
 
 	stats Status
 }
@@ -497,7 +498,7 @@ func (r *Replica) Tick() {
 
 // HasReady reports whether Ready has anything new.
 func (r *Replica) HasReady() bool {
-	return len(r.out) > 0 || len(r.committed) > 0 || r.low != r.lastStable || len(r.durable) > 0 || len(r.deferred) > 0
+	return r.proposeDue || len(r.out) > 0 || len(r.committed) > 0 || r.low != r.lastStable || len(r.durable) > 0 || len(r.deferred) > 0
 }
 
 // Ready returns what accumulated since the last call and clears it. The
@@ -505,6 +506,10 @@ func (r *Replica) HasReady() bool {
 // Messages in order, then may hand Committed to the application layer,
 // e.g. to answer clients waiting on a local replica.
 func (r *Replica) Ready() Ready {
+	if r.proposeDue {
+		r.proposeDue = false
+		r.propose(false)
+	}
 	rd := Ready{Messages: r.out, Committed: r.committed, Stable: r.low}
 	rd.Persist, rd.Deferred, rd.Snapshot = r.takeDurable()
 	r.out, r.committed = nil, nil

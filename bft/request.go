@@ -223,7 +223,14 @@ func (r *Replica) onRequest(req *Request, fromClient, authFirst bool) error {
 	case r.viewChanging:
 		// Held for the next primary.
 	case r.isPrimary():
-		r.propose(false)
+		// Proposed when the driver takes the Ready, with every request
+		// it stepped before: a client's request that finds the primary
+		// idle waits for no timer, and requests that arrive together
+		// (several clients, a multiplexing link, one read of the
+		// driver's) share a batch, where proposing each at once made a
+		// batch of the first alone, and the rest wait a whole slot for
+		// the next.
+		r.proposeDue = true
 	case fromClient:
 		r.send(r.primary(r.view), req)
 	}
