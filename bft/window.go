@@ -40,13 +40,18 @@ func (r *Replica) cachedReply(c ClientID, ts uint64) *Reply {
 }
 
 // cacheReply adds rep, its client's newest reply, to the cache, dropping
-// the client's replies beyond the window.
+// the client's replies beyond the window. A full window shifts in place:
+// the slice is the cache's alone (takeCheckpoint copies the replies), and
+// a new one for every reply was a quarter of the bytes a request
+// allocated.
 func (r *Replica) cacheReply(rep *Reply) {
-	rs := append(r.replies[rep.Client], rep)
-	if over := len(rs) - r.cfg.ClientWindow; over > 0 {
-		rs = append(rs[:0:0], rs[over:]...)
+	rs := r.replies[rep.Client]
+	if over := len(rs) + 1 - r.cfg.ClientWindow; over > 0 {
+		n := copy(rs, rs[over:])
+		clear(rs[n:])
+		rs = rs[:n]
 	}
-	r.replies[rep.Client] = rs
+	r.replies[rep.Client] = append(rs, rep)
 }
 
 // inOrder reports whether req may execute now: it follows its client's
