@@ -11,6 +11,10 @@ func TestReplyCacheKeepsTheWindow(t *testing.T) {
 	for ts := uint64(1); ts <= 40; ts++ {
 		r.cacheReply(&Reply{Client: 7, Timestamp: ts})
 		r.cacheReply(&Reply{Client: 8, Timestamp: 100 + ts})
+		rs := r.replies[7]
+		if want := min(ts, window); uint64(len(rs)) != want || rs[0].Timestamp != ts+1-want {
+			t.Fatalf("after reply %d the cache holds %d replies from %d, want %d from %d", ts, len(rs), rs[0].Timestamp, want, ts+1-want)
+		}
 	}
 	for ts := uint64(1); ts <= 40; ts++ {
 		got := r.cachedReply(7, ts)
