@@ -34,9 +34,11 @@ type App interface {
 // correct replica, so committed, so prepared by 2f+1 replicas, f+1 of
 // them correct; any 2f+1 replicas include one of those, which answers a
 // read that reaches it later only once it executed that request, and the
-// 2f+1 results agree. A read concurrent with writes, or answered by a
-// replica that lags, may not find 2f+1 equal results; the client then
-// orders it like any request.
+// 2f+1 results agree. That takes answers computed for this very read (a
+// reply names it by Request.Nonce): one computed for an earlier read may
+// come from before the request executed. A read concurrent with writes,
+// or answered by a replica that lags, may not find 2f+1 equal results;
+// the client then orders it like any request.
 type Querier interface {
 	// Query answers op for ctx.Client. It may keep op only for the
 	// duration of the call.

@@ -52,6 +52,7 @@ type Client struct {
 	f       int
 	q       int // 2f+1, the replies a read-only result needs
 	ts      uint64
+	reads   uint64 // read-only requests proposed: the last one's Nonce
 	view    uint64 // the view replies last showed
 	started bool   // an ordered request was sent: the next follows it
 	out     []*outstanding
@@ -161,12 +162,16 @@ func (c *Client) Propose(op []byte) (uint64, error) {
 // an ordered request of the same timestamp, and its result is accepted
 // as Propose's are. It needs no request outstanding, so that the read
 // sees the client's own writes. A read answered without ordering leaves
-// the timestamp unused: the next request gets it again.
+// the timestamp unused: the next request gets it again. Each read gets a
+// new Nonce, and only answers that carry it count: an answer to an
+// earlier read of the same timestamp, computed before a write the client
+// saw complete, must not stand for this one.
 func (c *Client) ProposeRead(op []byte) (uint64, error) {
 	if len(c.out) > 0 {
 		return 0, ErrBusy
 	}
-	req := &Request{Client: c.cfg.ID, Timestamp: c.ts + 1, ReadOnly: true, Op: op}
+	c.reads++
+	req := &Request{Client: c.cfg.ID, Timestamp: c.ts + 1, ReadOnly: true, Nonce: c.reads, Op: op}
 	c.cfg.Sign(req)
 	c.out = append(c.out, &outstanding{req: req, replies: make(map[ReplicaID]*Reply), sent: c.now})
 	c.timer = 0
@@ -213,9 +218,10 @@ func (c *Client) Step(from ReplicaID, rep *Reply) error {
 			o = c.out[i] // timestamps are consecutive
 		}
 	}
-	if o == nil || o.result != nil || rep.ReadOnly != o.req.ReadOnly {
+	if o == nil || o.result != nil || rep.ReadOnly != o.req.ReadOnly || rep.Nonce != o.req.Nonce {
 		// Every request's replies after the f+1st end here: not
-		// formatted, it is the common case.
+		// formatted, it is the common case. So do answers to an
+		// earlier read of the same timestamp (another Nonce).
 		return errLateReply
 	}
 	o.replies[from] = rep

@@ -100,7 +100,10 @@
 // only once it executed every slot it prepared (its own execution is
 // never tentative) and is behind no stable checkpoint it knows of, which
 // makes reads linearizable (see Querier for the argument); reads wait in
-// a bounded queue until then (Config.MaxReads, one per client).
+// a bounded queue until then (Config.MaxReads, one per client). An answer
+// names its read by timestamp and Request.Nonce, and counts for that read
+// only: consecutive reads share a timestamp, and an answer computed for an
+// earlier one may predate a write the later one must see.
 //
 // # Pipelined requests
 //

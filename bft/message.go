@@ -57,10 +57,15 @@ const (
 //
 // A ReadOnly request is not ordered: the client sends it to every replica,
 // which answers it from its state through the App's Querier (see
-// Querier and Client.ProposeRead); its Timestamp only names it in the
-// replies, and no pre-prepare may hold it. The authenticator covers
-// ReadOnly, so nobody can turn a client's read into an ordered request or
-// back.
+// Querier and Client.ProposeRead); its Timestamp and Nonce only name it in
+// the replies, and no pre-prepare may hold it. Consecutive reads share a
+// timestamp (a read answered without ordering leaves it unused), so the
+// client numbers its reads in Nonce, a later one higher, and counts an
+// answer only for the read whose nonce it names: an answer computed for
+// an earlier read may predate a write that completed before the later
+// one was issued. Nonce is 0 in an ordered request. The authenticator
+// covers ReadOnly and Nonce, so nobody can turn a client's read into an
+// ordered request or back, or one read into another.
 //
 // A client's ordered requests execute in timestamp order, each at most
 // once: a request executes only right after the client's request
@@ -72,6 +77,7 @@ type Request struct {
 	Timestamp uint64
 	ReadOnly  bool
 	Restart   bool
+	Nonce     uint64
 	Op        []byte
 	Auth      []byte
 }
@@ -103,7 +109,9 @@ func SetRequestFlags(r *Request, f uint64) bool {
 // Reply is a replica's answer to a request. The client accepts a result
 // once f+1 replicas sent matching replies (same timestamp and result), or
 // for a ReadOnly request 2f+1; ReadOnly marks the answers to those, so
-// they never count for an ordered request of the same timestamp. Notes is
+// they never count for an ordered request of the same timestamp, and
+// Nonce is the nonce of the read answered (0 for an ordered request), so
+// they count only for that read. Notes is
 // the number of the last notification the client had been sent (see
 // Notify) when the request executed, or when the read was answered: part
 // of the result, so the client learns which notifications precede it.
@@ -113,6 +121,7 @@ type Reply struct {
 	Client    ClientID
 	Replica   ReplicaID
 	ReadOnly  bool
+	Nonce     uint64
 	Notes     uint64
 	Result    []byte
 }
@@ -322,20 +331,24 @@ func (*Notify) Type() MessageType     { return TypeNotify }
 func (*FetchNotes) Type() MessageType { return TypeFetchNotes }
 
 // BatchDigest is the digest a pre-prepare binds: SHA-256 over the
-// proposed time and each request's client, timestamp, flags and
+// proposed time and each request's client, timestamp, flags, nonce (if
+// ReadOnly, as the codec writes it; a valid batch holds no read) and
 // operation, uvarints and length-prefixed. The authenticators are not part of it:
 // each replica checks its own entry, and a request is the same request
 // whatever MACs it carries. The null batch of a new view is
 // BatchDigest(0, nil).
 func BatchDigest(time uint64, batch []Request) Digest {
 	h := sha256.New()
-	var b [4 * binary.MaxVarintLen64]byte
+	var b [5 * binary.MaxVarintLen64]byte
 	h.Write(b[:binary.PutUvarint(b[:], time)])
 	for i := range batch {
 		r := &batch[i]
 		n := binary.PutUvarint(b[:], uint64(r.Client))
 		n += binary.PutUvarint(b[n:], r.Timestamp)
 		n += binary.PutUvarint(b[n:], requestFlags(r))
+		if r.ReadOnly {
+			n += binary.PutUvarint(b[n:], r.Nonce)
+		}
 		n += binary.PutUvarint(b[n:], uint64(len(r.Op)))
 		h.Write(b[:n])
 		h.Write(r.Op)

@@ -6,9 +6,11 @@ import "fmt"
 // once it executed every slot it prepared (sent a commit for) or saw
 // commit, and is not behind a stable checkpoint it knows of: the read's
 // horizon, fixed when the read arrives. Until then the read waits, at most
-// MaxReads of them, one per client (a client's later read replaces its
-// earlier one, which it no longer waits for); their bytes count in
-// Status.PendingBytes.
+// MaxReads of them, one per client (a client's later read, by timestamp
+// then Nonce, replaces its earlier one, which it no longer waits for; an
+// earlier one is dropped); their bytes count in Status.PendingBytes. The
+// answer names the read by its timestamp and Nonce: the client counts it
+// for no other read, since its horizon was fixed when that read arrived.
 
 // heldRead is a read-only request waiting for its horizon.
 type heldRead struct {
@@ -38,8 +40,11 @@ func (r *Replica) onRead(req *Request, fromClient bool) error {
 		if h.req.Client != req.Client {
 			continue
 		}
-		if h.req.Timestamp == req.Timestamp {
-			return fmt.Errorf("%w: read-only request %d of client %d already held", ErrDuplicate, req.Timestamp, req.Client)
+		switch {
+		case h.req.Timestamp == req.Timestamp && h.req.Nonce == req.Nonce:
+			return fmt.Errorf("%w: read-only request %d (nonce %d) of client %d already held", ErrDuplicate, req.Timestamp, req.Nonce, req.Client)
+		case req.Timestamp < h.req.Timestamp || req.Timestamp == h.req.Timestamp && req.Nonce < h.req.Nonce:
+			return fmt.Errorf("%w: read-only request %d (nonce %d) of client %d: a later one is held", ErrStale, req.Timestamp, req.Nonce, req.Client)
 		}
 		r.readBytes += reqMem(req) - reqMem(h.req)
 		*h = heldRead{req: req, until: until}
@@ -70,7 +75,7 @@ func (r *Replica) answerRead(q Querier, req *Request) {
 	if r.agreedTime != 0 {
 		ctx.Time = agreedAt(r.agreedTime)
 	}
-	rep := &Reply{View: r.view, Timestamp: req.Timestamp, Client: req.Client, Replica: r.id, ReadOnly: true, Notes: r.lastNote(req.Client), Result: q.Query(ctx, req.Op)}
+	rep := &Reply{View: r.view, Timestamp: req.Timestamp, Client: req.Client, Replica: r.id, ReadOnly: true, Nonce: req.Nonce, Notes: r.lastNote(req.Client), Result: q.Query(ctx, req.Op)}
 	r.out = append(r.out, Envelope{To: ToClient(req.Client), Msg: rep})
 }
 

@@ -2,6 +2,7 @@ package bft_test
 
 import (
 	"encoding/binary"
+	"errors"
 	"testing"
 
 	"github.com/rubin-go/rubin/bft"
@@ -218,5 +219,319 @@ func TestReadOnlyThroughFaults(t *testing.T) {
 			t.Fatalf("seed %d: view %d, want two view changes", seed, v)
 		}
 		t.Logf("seed %d: %d reads answered read-only, %d ordered; replica 0 state transfers %d", seed, ro, ord, n.Replicas[0].Status().StateTransfers)
+	}
+}
+
+// An answer counts only for the read it was computed for. Client 1's
+// reads R1 and R2 share a timestamp (a read answered read-only leaves it
+// unused) and an op. With n = 4, replica 0 a Byzantine primary that
+// completes write W1 without replica 3 and then lies, a late answer of
+// correct replica 1 to R1 makes the third stale answer R2 needs:
+//
+//   - held: W0 commits at slot s0 on replicas 0, 2 and 3; replica 1
+//     prepared it but its commits are late, so it holds R1 until it
+//     executes s0, while 0, 2 and 3 answer R1. W1 commits at s1 on 0, 1
+//     and 2 and completes; replica 3 never hears of it. R2 reaches every
+//     replica: 2 answers the count after W1, 3 and 0 the count before.
+//     Then s0's commits reach replica 1, which executes s0 (not s1) and
+//     answers the read it holds.
+//   - late: replica 1 answers R1 at once but its answer is late; W1
+//     completes without replica 3 as above; R2 is late to replica 1, and
+//     R1's answer reaches the client while R2 is outstanding.
+//
+// Either answer of replica 1, counted for R2, makes 2f+1 for a count
+// from before W1, which completed before R2 was issued.
+func TestReadAnswerNamesItsRead(t *testing.T) {
+	for _, held := range []bool{true, false} {
+		name := map[bool]string{true: "held", false: "late"}[held]
+		t.Run(name, func(t *testing.T) {
+			n := newNet(t, simnet.Options{Clients: 2, Seed: 57, Config: smallCfg})
+			if !n.Load(3, 1000, op) {
+				t.Fatal("clients did not finish")
+			}
+			reader, writer := n.Clients[0], n.Clients[1]
+			count := func(r bft.Result) uint64 { return binary.BigEndian.Uint64(r.Result) }
+			last := func(i int) bft.Result { return n.Results[i][len(n.Results[i])-1] }
+			done := func(c *bft.Client) bool {
+				return n.Run(20, func() bool { return !c.Outstanding() })
+			}
+
+			// The network holds back what late matches, until released.
+			var late func(to bft.Target, m bft.Message) bool
+			var kept []simnet.Packet
+			releasing := false
+			n.Drop = func(from, to bft.Target, m bft.Message) bool {
+				if !releasing && late != nil && late(to, m) {
+					kept = append(kept, simnet.Packet{From: from, To: to, Msg: m})
+					return true
+				}
+				return false
+			}
+			release := func(match func(m bft.Message) bool) {
+				releasing = true
+				defer func() { releasing = false }()
+				k := 0
+				for _, p := range kept {
+					if match(p.Msg) {
+						n.Send(p.From, bft.Envelope{To: p.To, Msg: p.Msg})
+						continue
+					}
+					kept[k] = p
+					k++
+				}
+				kept = kept[:k]
+			}
+			normal := func(m bft.Message) bool {
+				switch m.(type) {
+				case *bft.PrePrepare, *bft.Prepare, *bft.Commit:
+					return true
+				}
+				return false
+			}
+			commitTo1 := func(to bft.Target, m bft.Message) bool {
+				_, ok := m.(*bft.Commit)
+				return ok && to == bft.ToReplica(1)
+			}
+			readReplyFrom1 := func(to bft.Target, m bft.Message) bool {
+				rep, ok := m.(*bft.Reply)
+				return ok && rep.ReadOnly && rep.Replica == 1
+			}
+
+			// Replica 0 is the primary and Byzantine: it leaves replica 3
+			// out of W1, and once W1 completed it answers reads with the
+			// count from before it.
+			n.Faulty[0] = true
+			var stale []byte
+			n.Byzantine = func(from bft.ReplicaID, e bft.Envelope) []bft.Envelope {
+				if from != 0 {
+					return []bft.Envelope{e}
+				}
+				switch m := e.Msg.(type) {
+				case *bft.PrePrepare:
+					if stale != nil && e.To == bft.ToReplica(3) {
+						return nil
+					}
+				case *bft.Reply:
+					if m.ReadOnly && stale != nil {
+						lie := *m
+						lie.Result = stale
+						return []bft.Envelope{{To: e.To, Msg: &lie}}
+					}
+				}
+				return []bft.Envelope{e}
+			}
+
+			var s0 uint64
+			if held {
+				late = commitTo1
+				if _, err := writer.Propose([]byte("w0")); err != nil {
+					t.Fatal(err)
+				}
+				if !done(writer) {
+					t.Fatal("W0 not answered")
+				}
+				s0 = n.Replicas[0].Status().LastExecuted
+				if s := n.Replicas[1].Status(); s.LastExecuted >= s0 {
+					t.Fatalf("replica 1 executed s0 = %d without commits: %+v", s0, s)
+				}
+			} else {
+				late = readReplyFrom1
+			}
+			before := count(last(1))
+
+			ts1, err := reader.ProposeRead([]byte("count"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !done(reader) {
+				t.Fatal("R1 not answered")
+			}
+			if r := last(0); !r.ReadOnly || count(r) != before {
+				t.Fatalf("R1: %+v, want count %d read-only", r, before)
+			}
+			if held {
+				if s := n.Replicas[1].Status(); s.Reads != 1 {
+					t.Fatalf("replica 1 does not hold R1: %+v", s)
+				}
+			} else if len(kept) != 1 {
+				t.Fatalf("%d messages held, want replica 1's answer to R1", len(kept))
+			}
+
+			// W1 leaves replica 3 out: the primary sends it no
+			// pre-prepare, the others' prepares and commits to it are
+			// late.
+			stale = binary.BigEndian.AppendUint64(nil, before)
+			prev := late
+			late = func(to bft.Target, m bft.Message) bool {
+				return prev(to, m) || to == bft.ToReplica(3) && normal(m)
+			}
+			if _, err := writer.Propose([]byte("w1")); err != nil {
+				t.Fatal(err)
+			}
+			if !done(writer) {
+				t.Fatal("W1 not answered")
+			}
+			floor := count(last(1))
+			if floor != before+1 || n.Apps[3].Count != before {
+				t.Fatalf("W1 returned %d, replica 3 at count %d; want %d and %d", floor, n.Apps[3].Count, before+1, before)
+			}
+
+			ts2, err := reader.ProposeRead([]byte("count"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ts2 != ts1 {
+				t.Fatalf("R1 at timestamp %d, R2 at %d: the schedule needs them equal", ts1, ts2)
+			}
+			if held {
+				n.Tick() // R2 reaches every replica
+				release(func(m bft.Message) bool {
+					c, ok := m.(*bft.Commit)
+					return ok && c.Seq == s0
+				})
+			} else {
+				prev := late
+				late = func(to bft.Target, m bft.Message) bool {
+					r, ok := m.(*bft.Request)
+					return prev(to, m) || ok && r.ReadOnly && to == bft.ToReplica(1)
+				}
+				release(func(m bft.Message) bool { _, ok := m.(*bft.Reply); return ok })
+			}
+			for range 3 {
+				n.Tick()
+			}
+			if !reader.Outstanding() {
+				if r := last(0); count(r) < floor {
+					t.Fatalf("R2 accepted count %d (read-only %v), but W1 made it %d before R2 was issued", count(r), r.ReadOnly, floor)
+				}
+			}
+
+			// Heal: R2 completes, and sees W1.
+			late, stale = nil, nil
+			release(func(bft.Message) bool { return true })
+			if !n.Run(200, func() bool { return !reader.Outstanding() }) {
+				t.Fatalf("R2 not answered: %v", n.LastErrors)
+			}
+			if r := last(0); count(r) < floor {
+				t.Fatalf("R2 returned count %d (read-only %v), W1 made it %d before R2 was issued", count(r), r.ReadOnly, floor)
+			}
+			if err := n.CheckAgreement(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// Consecutive reads share a timestamp but not a nonce, and the client
+// counts an answer only for the read whose nonce it carries.
+func TestClientReadNonce(t *testing.T) {
+	c, err := bft.NewClient(bft.ClientConfig{ID: 1, N: 4, Sign: func(*bft.Request) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func() *bft.Request {
+		t.Helper()
+		if _, err := c.ProposeRead([]byte("get")); err != nil {
+			t.Fatal(err)
+		}
+		msgs := c.Ready().Messages
+		if len(msgs) != 4 {
+			t.Fatalf("read sent %d times, want 4", len(msgs))
+		}
+		return msgs[0].Msg.(*bft.Request)
+	}
+	answer := func(r *bft.Request, from bft.ReplicaID, v string) error {
+		return c.Step(from, &bft.Reply{Timestamp: r.Timestamp, Client: 1, Replica: from, ReadOnly: true, Nonce: r.Nonce, Result: []byte(v)})
+	}
+	r1 := read()
+	for i := range 3 {
+		if err := answer(r1, bft.ReplicaID(i), "old"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := c.Ready().Done; len(d) != 1 || string(d[0].Result) != "old" {
+		t.Fatalf("R1 done %+v", d)
+	}
+	r2 := read()
+	if r2.Timestamp != r1.Timestamp || r2.Nonce <= r1.Nonce {
+		t.Fatalf("R1 %d/%d, R2 %d/%d: want one timestamp, a higher nonce", r1.Timestamp, r1.Nonce, r2.Timestamp, r2.Nonce)
+	}
+	if err := answer(r1, 3, "old"); !errors.Is(err, bft.ErrStale) {
+		t.Fatalf("R1's answer stepped for R2: %v", err)
+	}
+	for i := range 2 {
+		if err := answer(r2, bft.ReplicaID(i), "old"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.Ready().Done != nil {
+		t.Fatal("R2 done with two answers of its own")
+	}
+	if err := answer(r2, 3, "old"); err != nil {
+		t.Fatal(err)
+	}
+	if d := c.Ready().Done; len(d) != 1 || !d[0].ReadOnly {
+		t.Fatalf("R2 done %+v", d)
+	}
+}
+
+// A replica holds one read per client, the latest by timestamp then
+// nonce, and answers it under its nonce: an earlier read that arrives
+// late is dropped, a later one replaces the held one.
+func TestReplicaHoldsLatestRead(t *testing.T) {
+	n := newNet(t, simnet.Options{Clients: 2, Seed: 58, Config: smallCfg})
+	if !n.Load(3, 1000, op) {
+		t.Fatal("clients did not finish")
+	}
+	var answered []uint64
+	n.Drop = func(from, to bft.Target, m bft.Message) bool {
+		if rep, ok := m.(*bft.Reply); ok && rep.ReadOnly && from == bft.ToReplica(1) {
+			answered = append(answered, rep.Nonce)
+		}
+		_, commit := m.(*bft.Commit)
+		return commit && to == bft.ToReplica(1)
+	}
+	if _, err := n.Clients[1].Propose([]byte("w")); err != nil {
+		t.Fatal(err)
+	}
+	if !n.Run(100, func() bool { return !n.Clients[1].Outstanding() }) {
+		t.Fatal("write not answered")
+	}
+	step := func(ts, nonce uint64) error {
+		read := &bft.Request{Client: 1, Timestamp: ts, ReadOnly: true, Nonce: nonce, Op: []byte("count")}
+		n.SignRequest(read)
+		return n.Replicas[1].Step(bft.ToClient(1), read)
+	}
+	for _, s := range []struct {
+		ts, nonce uint64
+		want      error
+	}{
+		{99, 5, nil},
+		{99, 5, bft.ErrDuplicate},
+		{99, 4, bft.ErrStale},
+		{98, 9, bft.ErrStale},
+		{99, 6, nil},
+		{100, 1, nil},
+		{99, 7, bft.ErrStale},
+	} {
+		if err := step(s.ts, s.nonce); !errors.Is(err, s.want) || (s.want == nil) != (err == nil) {
+			t.Fatalf("read %d/%d: %v, want %v", s.ts, s.nonce, err, s.want)
+		}
+	}
+	if s := n.Replicas[1].Status(); s.Reads != 1 {
+		t.Fatalf("replica 1 holds %d reads, want 1", s.Reads)
+	}
+	n.Drop = func(from, to bft.Target, m bft.Message) bool {
+		if rep, ok := m.(*bft.Reply); ok && rep.ReadOnly && from == bft.ToReplica(1) {
+			answered = append(answered, rep.Nonce)
+		}
+		return false
+	}
+	if !n.Run(200, func() bool { return n.Replicas[1].Status().Reads == 0 }) {
+		t.Fatal("read never answered")
+	}
+	n.Tick()
+	if len(answered) != 1 || answered[0] != 1 {
+		t.Fatalf("replica 1 answered nonces %v, want [1] (the read of timestamp 100)", answered)
 	}
 }

@@ -409,6 +409,18 @@ func TestMACKey(t *testing.T) {
 			t.Errorf("op of %d bytes: MAC %x, want %x", size, got, want)
 		}
 	}
+	// A read's nonce follows its flags.
+	r := &bft.Request{Client: 300, Timestamp: 1 << 50, ReadOnly: true, Nonce: 1 << 40, Op: []byte("get")}
+	m := hmac.New(sha256.New, key)
+	m.Write(binary.AppendUvarint(nil, uint64(r.Client)))
+	m.Write(binary.AppendUvarint(nil, r.Timestamp))
+	m.Write(binary.AppendUvarint(nil, 1)) // flags: read-only
+	m.Write(binary.AppendUvarint(nil, r.Nonce))
+	m.Write(binary.AppendUvarint(nil, uint64(len(r.Op))))
+	m.Write(r.Op)
+	if got, want := k.sum(h, r), m.Sum(nil)[:MACSize]; !bytes.Equal(got, want) {
+		t.Errorf("read: MAC %x, want %x", got, want)
+	}
 }
 
 // signedSamples has one message of every signed type (the normal-case
@@ -548,6 +560,27 @@ func TestVerifyRequest(t *testing.T) {
 	check("short auth", func(b *bft.Request) { b.Auth = b.Auth[:len(b.Auth)-1] })
 	check("long auth", func(b *bft.Request) { b.Auth = append(b.Auth, 0) })
 	check("no auth", func(b *bft.Request) { b.Auth = nil })
+	check("restart", func(b *bft.Request) { b.Restart = true })
+	// A read's flag and nonce are covered: an ordered request cannot
+	// pass for a read, nor one read for another.
+	read := &bft.Request{Client: 1, Timestamp: 42, ReadOnly: true, Nonce: 5, Op: r.Op}
+	ca.Sign(read)
+	for _, ra := range ras {
+		if !ra.VerifyRequest(read) {
+			t.Errorf("replica %d rejects the client's read", ra.ID())
+		}
+	}
+	check("read-only", func(b *bft.Request) { b.ReadOnly = true })
+	for _, change := range []func(*bft.Request){
+		func(b *bft.Request) { b.Nonce++ },
+		func(b *bft.Request) { b.ReadOnly, b.Nonce = false, 0 },
+	} {
+		bad := *read
+		change(&bad)
+		if ras[0].VerifyRequest(&bad) {
+			t.Errorf("a read changed to %+v passes", bad)
+		}
+	}
 	if ras[0].VerifyRequest(nil) {
 		t.Error("VerifyRequest(nil) is true")
 	}

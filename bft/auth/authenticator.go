@@ -206,14 +206,17 @@ func newMACKey(key []byte) *macKey {
 	return &macKey{inner: state(0x36), outer: state(0x5c)}
 }
 
-// sum returns the truncated MAC of r's client, timestamp, flags and op:
-// their uvarints, the op's uvarint length, and the op, as in
-// bft.BatchDigest.
+// sum returns the truncated MAC of r's client, timestamp, flags, nonce
+// (a read's only) and op: their uvarints, the op's uvarint length, and
+// the op, as in bft.BatchDigest.
 // The result aliases h and is valid until h's next use.
 func (k *macKey) sum(h *hasher, r *bft.Request) []byte {
 	n := binary.PutUvarint(h.hdr[:], uint64(r.Client))
 	n += binary.PutUvarint(h.hdr[n:], r.Timestamp)
 	n += binary.PutUvarint(h.hdr[n:], bft.RequestFlags(r))
+	if r.ReadOnly {
+		n += binary.PutUvarint(h.hdr[n:], r.Nonce)
+	}
 	n += binary.PutUvarint(h.hdr[n:], uint64(len(r.Op)))
 	h.restore(k.inner)
 	h.h.Write(h.hdr[:n])
@@ -228,7 +231,7 @@ func (k *macKey) sum(h *hasher, r *bft.Request) []byte {
 type hasher struct {
 	h   hash.Hash
 	u   encoding.BinaryUnmarshaler
-	hdr [4 * binary.MaxVarintLen64]byte
+	hdr [5 * binary.MaxVarintLen64]byte
 	sum [sha256.Size]byte
 }
 

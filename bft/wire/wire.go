@@ -12,6 +12,9 @@
 //   - a request's flags (ReadOnly, Restart) are one uvarint of bits, as
 //     bft.RequestFlags gives them, with no unknown bit set; a reply's
 //     ReadOnly is one byte, 0 or 1;
+//   - Nonce, in a request and a reply, is there only if ReadOnly is set
+//     (right after the flags, or ReadOnly): it names a read, and an
+//     ordered request or reply has none (it decodes as 0);
 //   - byte slices are a uvarint length followed by the bytes;
 //   - digests are their 32 bytes, with no length;
 //   - lists are a uvarint element count followed by the elements, each
@@ -41,7 +44,7 @@
 // it checks every length and count against the remaining input before
 // allocating, and against Limits. A decoded message takes at most about
 // 16 bytes of memory per input byte (a request with an empty op and
-// authenticator is 5 bytes on the wire and 72 in memory), besides the
+// authenticator is 5 bytes on the wire and 80 in memory), besides the
 // input itself, which it keeps (see below). Every error wraps
 // ErrMalformed and says where decoding stopped, for example
 // "wire: prepare: digest: truncated".
@@ -137,8 +140,8 @@ func (l Limits) withDefaults() Limits {
 // and every length takes at least one byte, a digest 32. A list count is
 // checked against remaining/min before the list is allocated.
 const (
-	minRequest    = 5                         // client, timestamp, flags, op length, auth length
-	minReply      = 7                         // view, timestamp, client, replica, read-only, notes, result length
+	minRequest    = 5                         // client, timestamp, flags, op length, auth length (a read's nonce besides)
+	minReply      = 7                         // view, timestamp, client, replica, read-only, notes, result length (a read's nonce besides)
 	minPPHeader   = 1 + 1 + 1 + 32            // view, seq, time, digest (no batch)
 	minClaim      = 1 + 1 + 32                // view, seq, digest
 	minCheckpoint = 1 + 32 + 1 + 1            // seq, state, replica, sig length
@@ -147,8 +150,9 @@ const (
 
 // Append appends the encoding of m to b and returns the extended slice.
 // It panics if m is nil, a nil pointer, or not one of package bft's
-// message types, or if a new view's pre-prepare carries a batch (the format has no place for one): that is
-// a programming error, not an input error.
+// message types, or if a new view's pre-prepare carries a batch or an
+// ordered request or reply a nonce (the format has no place for either):
+// that is a programming error, not an input error.
 func Append(b []byte, m bft.Message) []byte {
 	return appendMessage(b, m, true)
 }
@@ -278,10 +282,23 @@ func appendSig(b, s []byte, sig bool) []byte {
 	return appendBytes(b, s)
 }
 
+// appendNonce writes a read's nonce. An ordered request or reply has no
+// place for one in the format: one that carries a nonce panics.
+func appendNonce(b []byte, what string, readOnly bool, nonce uint64) []byte {
+	if readOnly {
+		return binary.AppendUvarint(b, nonce)
+	}
+	if nonce != 0 {
+		panic(fmt.Sprintf("wire: ordered %s carries nonce %d", what, nonce))
+	}
+	return b
+}
+
 func appendRequest(b []byte, r *bft.Request) []byte {
 	b = binary.AppendUvarint(b, uint64(r.Client))
 	b = binary.AppendUvarint(b, r.Timestamp)
 	b = binary.AppendUvarint(b, bft.RequestFlags(r))
+	b = appendNonce(b, "request", r.ReadOnly, r.Nonce)
 	b = appendBytes(b, r.Op)
 	return appendBytes(b, r.Auth)
 }
@@ -292,6 +309,7 @@ func appendReply(b []byte, r *bft.Reply) []byte {
 	b = binary.AppendUvarint(b, uint64(r.Client))
 	b = binary.AppendUvarint(b, uint64(r.Replica))
 	b = appendBool(b, r.ReadOnly)
+	b = appendNonce(b, "reply", r.ReadOnly, r.Nonce)
 	b = binary.AppendUvarint(b, r.Notes)
 	return appendBytes(b, r.Result)
 }
@@ -599,6 +617,11 @@ func (d *decoder) request(r *bft.Request) (err error) {
 	if !bft.SetRequestFlags(r, f) {
 		return d.fail("flags", fmt.Sprintf("unknown flags %#x", f))
 	}
+	if r.ReadOnly {
+		if r.Nonce, err = d.uvarint("nonce"); err != nil {
+			return err
+		}
+	}
 	if r.Op, err = d.bytes("op", d.lim.MaxOp); err != nil {
 		return err
 	}
@@ -623,6 +646,11 @@ func (d *decoder) reply(r *bft.Reply) (err error) {
 	}
 	if r.ReadOnly, err = d.bool("read-only"); err != nil {
 		return err
+	}
+	if r.ReadOnly {
+		if r.Nonce, err = d.uvarint("nonce"); err != nil {
+			return err
+		}
 	}
 	if r.Notes, err = d.uvarint("notes"); err != nil {
 		return err

@@ -87,10 +87,12 @@ func samples() []bft.Message {
 		&bft.Request{Client: 42, Timestamp: 1e12, Op: []byte("put x 1"), Auth: bytes.Repeat([]byte{9}, 64)},
 		&bft.Request{Client: ^bft.ClientID(0), Timestamp: ^uint64(0), Op: []byte{0}},
 		&bft.Request{Client: 7, Timestamp: 3, ReadOnly: true, Op: []byte("get x"), Auth: bytes.Repeat([]byte{8}, 64)},
+		&bft.Request{Client: 7, Timestamp: 3, ReadOnly: true, Nonce: 1 << 33, Op: []byte("get x"), Auth: bytes.Repeat([]byte{8}, 64)},
 		&bft.Request{Client: 7, Timestamp: 4, Restart: true, Op: []byte("put x"), Auth: bytes.Repeat([]byte{8}, 64)},
 		&bft.Reply{},
 		&bft.Reply{View: 2, Timestamp: 99, Client: 42, Replica: 3, Result: []byte("ok")},
 		&bft.Reply{View: 2, Timestamp: 99, Client: 42, Replica: 3, ReadOnly: true, Notes: 7, Result: []byte("x=1")},
+		&bft.Reply{View: 2, Timestamp: 99, Client: 42, Replica: 3, ReadOnly: true, Nonce: 300, Notes: 7, Result: []byte("x=1")},
 		&bft.Notify{},
 		&bft.Notify{Client: 42, Number: 9, Oldest: 3, Replica: 2, Payload: []byte("fired")},
 		&bft.FetchNotes{},
@@ -313,6 +315,51 @@ func TestEncodePanicsOnBatchInNewView(t *testing.T) {
 	}
 }
 
+// An ordered request or reply has no nonce in the format: encoding one
+// that carries a nonce is a programming error, not a silent loss.
+func TestEncodePanicsOnOrderedNonce(t *testing.T) {
+	for _, m := range []bft.Message{
+		&bft.Request{Client: 7, Timestamp: 3, Nonce: 1},
+		&bft.Reply{Client: 7, Timestamp: 3, Nonce: 1},
+		&bft.PrePrepare{Batch: []bft.Request{{Client: 7, Timestamp: 3, Nonce: 1}}},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Append(%T with an ordered nonce) did not panic", m)
+				}
+			}()
+			Append(nil, m)
+		}()
+	}
+}
+
+// A read's nonce follows its flags (a request) or its read-only byte (a
+// reply); ordered requests and replies encode as they did before reads
+// had nonces.
+func TestNonceLayout(t *testing.T) {
+	op, auth := []byte("get x"), []byte("mac")
+	for _, tt := range []struct {
+		m    bft.Message
+		want []byte
+	}{
+		{&bft.Request{Client: 7, Timestamp: 300, Op: op, Auth: auth},
+			cat([]byte{byte(bft.TypeRequest)}, uv(7), uv(300), uv(0), uv(5), op, uv(3), auth)},
+		{&bft.Request{Client: 7, Timestamp: 300, Restart: true, Op: op, Auth: auth},
+			cat([]byte{byte(bft.TypeRequest)}, uv(7), uv(300), uv(2), uv(5), op, uv(3), auth)},
+		{&bft.Request{Client: 7, Timestamp: 300, ReadOnly: true, Nonce: 9, Op: op, Auth: auth},
+			cat([]byte{byte(bft.TypeRequest)}, uv(7), uv(300), uv(1), uv(9), uv(5), op, uv(3), auth)},
+		{&bft.Reply{View: 1, Timestamp: 300, Client: 7, Replica: 2, Notes: 4, Result: op},
+			cat([]byte{byte(bft.TypeReply)}, uv(1), uv(300), uv(7), uv(2), []byte{0}, uv(4), uv(5), op)},
+		{&bft.Reply{View: 1, Timestamp: 300, Client: 7, Replica: 2, ReadOnly: true, Nonce: 1 << 20, Notes: 4, Result: op},
+			cat([]byte{byte(bft.TypeReply)}, uv(1), uv(300), uv(7), uv(2), []byte{1}, uv(1<<20), uv(4), uv(5), op)},
+	} {
+		if got := Append(nil, tt.m); !bytes.Equal(got, tt.want) {
+			t.Errorf("%+v encodes as %x, want %x", tt.m, got, tt.want)
+		}
+	}
+}
+
 // uv is a uvarint's encoding, for building inputs by hand.
 func uv(v uint64) []byte { return binary.AppendUvarint(nil, v) }
 
@@ -358,6 +405,8 @@ func TestMalformed(t *testing.T) {
 		{"unknown request flag", cat([]byte{byte(bft.TypeRequest)}, uv(1), uv(1), uv(4), uv(0), uv(0)), Limits{}, "request: flags: unknown flags 0x4"},
 		{"notify payload over limit", cat([]byte{byte(bft.TypeNotify)}, uv(1), uv(1), uv(1), uv(1), uv(9), make([]byte, 9)), small, "notify: payload: length 9 exceeds"},
 		{"notify replica", cat([]byte{byte(bft.TypeNotify)}, uv(1), uv(1), uv(1), uv(9), uv(0)), Limits{MaxReplicas: 4}, "notify: replica: replica 9 out of range"},
+		{"read nonce padded", cat([]byte{byte(bft.TypeRequest)}, uv(1), uv(1), uv(1), []byte{0x80, 0x00}, uv(0), uv(0)), Limits{}, "request: nonce: non-minimal varint"},
+		{"read nonce missing", cat([]byte{byte(bft.TypeReply)}, uv(1), uv(1), uv(1), uv(1), []byte{1}), Limits{}, "reply: nonce: truncated"},
 		{"reply boolean", cat([]byte{byte(bft.TypeReply)}, uv(1), uv(1), uv(1), uv(1), []byte{2}, uv(0), uv(0)), Limits{}, "reply: read-only: boolean 2"},
 		{"op over limit", cat([]byte{byte(bft.TypeRequest)}, uv(1), uv(1), uv(0), uv(9), make([]byte, 9), uv(0)), small, "request: op: length 9 exceeds the limit of 8"},
 		{"auth over limit", cat([]byte{byte(bft.TypeRequest)}, uv(1), uv(1), uv(0), uv(0), uv(65), make([]byte, 65)), small, "request: auth: length 65 exceeds"},

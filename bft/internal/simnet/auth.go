@@ -53,6 +53,7 @@ func requestContent(r *bft.Request) []byte {
 	b := binary.BigEndian.AppendUint64(nil, uint64(r.Client))
 	b = binary.BigEndian.AppendUint64(b, r.Timestamp)
 	b = binary.BigEndian.AppendUint64(b, bft.RequestFlags(r))
+	b = binary.BigEndian.AppendUint64(b, r.Nonce)
 	return append(b, r.Op...)
 }
 

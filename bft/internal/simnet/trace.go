@@ -111,8 +111,14 @@ func Describe(m bft.Message) string {
 	case nil:
 		return "<nil>"
 	case *bft.Request:
+		if m.ReadOnly {
+			return fmt.Sprintf("Request{c%d ts%d read%d op%dB}", m.Client, m.Timestamp, m.Nonce, len(m.Op))
+		}
 		return fmt.Sprintf("Request{c%d ts%d op%dB}", m.Client, m.Timestamp, len(m.Op))
 	case *bft.Reply:
+		if m.ReadOnly {
+			return fmt.Sprintf("Reply{v%d c%d ts%d read%d r%d}", m.View, m.Client, m.Timestamp, m.Nonce, m.Replica)
+		}
 		return fmt.Sprintf("Reply{v%d c%d ts%d r%d}", m.View, m.Client, m.Timestamp, m.Replica)
 	case *bft.PrePrepare:
 		return fmt.Sprintf("PrePrepare{v%d s%d d%x %dreq}", m.View, m.Seq, m.Digest[:3], len(m.Batch))
