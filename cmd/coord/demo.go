@@ -146,6 +146,10 @@ func demo(ctx context.Context, d demoConfig, stdout, stderr io.Writer) error {
 	crashed, view := -1, uint64(0)
 	var crashedAt time.Time
 	var termsAtCrash int64
+	// The primary crashes when half the lock rounds are done, not at the
+	// next progress line: on a fast machine the other half could be
+	// done by then, and there would be no view change to show.
+	half := w.half
 	for running := true; running; {
 		select {
 		case <-w.locked:
@@ -153,6 +157,8 @@ func demo(ctx context.Context, d demoConfig, stdout, stderr io.Writer) error {
 		case <-w.ctx.Done():
 			return context.Cause(w.ctx)
 		case <-tick.C:
+		case <-half:
+			half = nil
 		}
 		var st bft.Status
 		for i, dr := range replicas {
@@ -252,6 +258,8 @@ type workload struct {
 	cancel     context.CancelCauseFunc
 	conns      []*zk.Conn
 	locked     chan struct{} // closed when every lock round is done
+	half       chan struct{} // closed when half the lock rounds are done
+	halfAt     int64
 	stop       chan struct{} // closed to end the election
 	wg         sync.WaitGroup
 	stopOnce   sync.Once
@@ -268,7 +276,7 @@ func (quietLogger) Printf(string, ...any) {}
 var openACL = zk.WorldACL(zk.PermAll)
 
 func startWorkload(ctx context.Context, addr string, d demoConfig) (*workload, error) {
-	w := &workload{locked: make(chan struct{}), stop: make(chan struct{})}
+	w := &workload{locked: make(chan struct{}), half: make(chan struct{}), halfAt: int64(d.clients*d.rounds) / 2, stop: make(chan struct{})}
 	w.ctx, w.cancel = context.WithCancelCause(ctx)
 	for range d.clients + 1 {
 		c, _, err := zk.Connect([]string{addr}, 10*time.Second, zk.WithLogger(quietLogger{}))
@@ -332,8 +340,8 @@ func (w *workload) incrementPath(c *zk.Conn, lock *zk.Lock, path string) error {
 	if uerr := lock.Unlock(); err == nil {
 		err = uerr
 	}
-	if err == nil {
-		w.increments.Add(1)
+	if err == nil && w.increments.Add(1) == w.halfAt {
+		close(w.half)
 	}
 	return err
 }
