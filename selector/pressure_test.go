@@ -20,8 +20,9 @@ func TestParsePressure(t *testing.T) {
 	}
 }
 
-// TestPressureVerdict: the verdict is the stall share of the last window,
-// taken at most once per window; without pressure information, never busy.
+// TestPressureVerdict: the verdict is busy after busyWindows windows in a
+// row with more than half their time stalled, taken at most once per
+// window, and clears with the first window under.
 func TestPressureVerdict(t *testing.T) {
 	var stall time.Duration
 	reads := 0
@@ -30,21 +31,53 @@ func TestPressureVerdict(t *testing.T) {
 	if p.check(t0) {
 		t.Fatal("busy before a window was measured")
 	}
-	stall = 30 * time.Millisecond // 60% of the next 50 ms
-	if !p.check(t0.Add(pressureWindow)) {
-		t.Error("not busy after a window with 60% stall")
+	at := t0
+	for i := range busyWindows {
+		stall += 30 * time.Millisecond // 60% of the next 50 ms
+		at = at.Add(pressureWindow)
+		if busy := p.check(at); busy != (i == busyWindows-1) {
+			t.Fatalf("busy %v after %d windows with 60%% stall", busy, i+1)
+		}
 	}
-	stall = 35 * time.Millisecond // 10% of the next window
-	if !p.check(t0.Add(pressureWindow + time.Millisecond)) {
+	stall += 5 * time.Millisecond // 10% of the next window
+	if !p.check(at.Add(time.Millisecond)) {
 		t.Error("the verdict changed within a window")
 	}
-	if reads != 2 {
-		t.Errorf("%d reads within two windows, want 2", reads)
+	if reads != busyWindows+1 {
+		t.Errorf("%d reads within %d windows, want %d", reads, busyWindows+1, busyWindows+1)
 	}
-	if p.check(t0.Add(2 * pressureWindow)) {
+	at = at.Add(pressureWindow)
+	if p.check(at) {
 		t.Error("busy after a window with 10% stall")
 	}
+}
 
+// TestPressureBurstsDoNotCede: windows of heavy stall between calm ones,
+// as a burst of other work makes (a peer's connection set up or torn
+// down), never end a spin: the spin yields to such work anyway, and a
+// sleep would cost a wake-up.
+func TestPressureBurstsDoNotCede(t *testing.T) {
+	var stall time.Duration
+	p := cpuPressure{read: func() (time.Duration, bool) { return stall, true }}
+	at := time.Now()
+	p.check(at)
+	for i := range 40 {
+		if i%busyWindows == 0 {
+			stall += 5 * time.Millisecond // a calm window now and then
+		} else {
+			stall += pressureWindow // the rest fully stalled
+		}
+		at = at.Add(pressureWindow)
+		if p.check(at) {
+			t.Fatalf("busy after window %d, though every %dth window was calm", i, busyWindows)
+		}
+	}
+}
+
+// TestPressureOff: without pressure information, never busy, and the
+// missing file is looked for once.
+func TestPressureOff(t *testing.T) {
+	t0 := time.Now()
 	offReads := 0
 	off := cpuPressure{read: func() (time.Duration, bool) { offReads++; return 0, false }}
 	for i := range 3 {

@@ -632,11 +632,15 @@ func testConnectRefused(e *env) {
 		buf.Release()
 		e.Errorf("%s: Receive on a failed connect succeeded", e.f.Name)
 	}
+	// The pool is shared with channels of earlier cases, which a
+	// transport may still be tearing down (RDMA does it on goroutines of
+	// its own): they only give buffers back, so a kept buffer shows as
+	// more in use, never fewer.
 	before := c.Pool().Stats().InUse
 	if err := c.Send(e.msg(c, 10, toServer)); err == nil {
 		e.Errorf("%s: Send on a failed connect succeeded", e.f.Name)
 	}
-	if after := c.Pool().Stats().InUse; after != before {
+	if after := c.Pool().Stats().InUse; after > before {
 		e.Errorf("%s: Send on a failed connect kept the buffer (pool in use %d, before %d)", e.f.Name, after, before)
 	}
 }

@@ -48,13 +48,11 @@ func newCMEvents(t *Transport, owner eventHandler) (*cmEvents, error) {
 	return m, nil
 }
 
-// eventsPerHandle bounds the events one Handle takes. A listener's
-// connect request costs a queue pair and an accept, so a burst of them
-// handled to the last would hold the selector's thread for seconds while
-// the connections they made wait in the backlog for an Accept that cannot
-// come; the backlog then fills and turns dialers away. The channel is
-// level-triggered, so what is left is reported on the selector's next
-// pass, after it has returned the keys that became ready.
+// eventsPerHandle bounds the events one Handle takes, so that a burst of
+// them (a listener's connect requests, each handed to a goroutine that
+// sets its connection up) does not keep the selector's thread from the
+// keys that became ready meanwhile. The channel is level-triggered, so
+// what is left is reported on the selector's next pass.
 const eventsPerHandle = 8
 
 // FD implements selector.Source.

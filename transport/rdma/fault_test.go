@@ -479,3 +479,155 @@ func TestRefusedWhenSRQFull(t *testing.T) {
 		t.Fatalf("the listener counted %d rejects, the last for %v; want the shared receive queue full", n, last)
 	}
 }
+
+// TestTeardownLeavesTheSelector: a connection's teardown (destroying its
+// queue pair and its connection-manager ID, system calls that took up to
+// 130 ms in the Soft-RoCE VM) runs off the goroutine of the selector that
+// serves it, so the selector's other connections are answered meanwhile.
+// Here the server's teardown of a closed connection takes half a second,
+// and another connection's round trips must not wait for it.
+func TestTeardownLeavesTheSelector(t *testing.T) {
+	addr := rdmatest.Addr(t)
+	server, _ := newTransport(t, Config{})
+	clientTr, _ := newTransport(t, Config{})
+	l, err := server.Listen(context.Background(), net.JoinHostPort(addr, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	echoServer(t, l)
+	dial := func() *Conn {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, err := clientTr.Dial(ctx, l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	good, doomed := dial(), dial()
+	roundTrip(t, good, 64)
+	roundTrip(t, doomed, 64)
+
+	const hold = 500 * time.Millisecond
+	entered := make(chan struct{}, 1)
+	hook := func(c *Conn) {
+		if c.t != server {
+			return
+		}
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		time.Sleep(hold)
+	}
+	testHookTeardown.Store(&hook)
+	defer testHookTeardown.Store(nil)
+	doomed.Close()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server did not tear the closed connection down within 10 s")
+	}
+	var worst time.Duration
+	for start := time.Now(); time.Since(start) < hold; {
+		t0 := time.Now()
+		roundTrip(t, good, 64)
+		worst = max(worst, time.Since(t0))
+	}
+	if worst >= hold/2 {
+		t.Errorf("a round trip took %v while the server tore another connection down (%v)", worst, hold)
+	}
+}
+
+// TestAcceptLeavesTheSelector: setting up an accepted connection (its
+// event channel, queue pair, receives and accept, system calls that took
+// up to 80 ms in the Soft-RoCE VM) runs off the goroutine of the selector
+// the listener is registered with, so its connections are answered
+// meanwhile. Here one setup takes half a second, and another connection's
+// round trips must not wait for it.
+func TestAcceptLeavesTheSelector(t *testing.T) {
+	addr := rdmatest.Addr(t)
+	server, _ := newTransport(t, Config{})
+	clientTr, _ := newTransport(t, Config{})
+	l, err := server.Listen(context.Background(), net.JoinHostPort(addr, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	echoServer(t, l)
+	dial := func() (*Conn, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, err := clientTr.Dial(ctx, l.Addr().String())
+		if err == nil {
+			t.Cleanup(func() { c.Close() })
+		}
+		return c, err
+	}
+	good, err := dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(t, good, 64)
+
+	const hold = 500 * time.Millisecond
+	entered := make(chan struct{}, 1)
+	hook := func(*Listener) {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		time.Sleep(hold)
+	}
+	testHookAccept.Store(&hook)
+	defer testHookAccept.Store(nil)
+	dialed := make(chan error, 1)
+	go func() {
+		c, err := dial()
+		if err == nil {
+			err = echoOnce(c, 64)
+		}
+		dialed <- err
+	}()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server did not take the connect request within 10 s")
+	}
+	var worst time.Duration
+	for start := time.Now(); time.Since(start) < hold; {
+		t0 := time.Now()
+		roundTrip(t, good, 64)
+		worst = max(worst, time.Since(t0))
+	}
+	if worst >= hold/2 {
+		t.Errorf("a round trip took %v while the server set up another connection (%v)", worst, hold)
+	}
+	if err := <-dialed; err != nil {
+		t.Errorf("the slow connection: %v", err)
+	}
+}
+
+// echoOnce is roundTrip for goroutines other than the test's: it returns
+// what went wrong.
+func echoOnce(c *Conn, size int) error {
+	m, err := c.Pool().TryGet()
+	if err != nil {
+		return err
+	}
+	m.SetLen(size)
+	if err := c.Send(m); err != nil {
+		return err
+	}
+	echo, err := c.Receive()
+	if err != nil {
+		return err
+	}
+	defer echo.Release()
+	if echo.Len() != size {
+		return fmt.Errorf("echo of %d bytes, want %d", echo.Len(), size)
+	}
+	return nil
+}

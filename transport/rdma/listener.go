@@ -31,11 +31,17 @@ type Listener struct {
 	blocking atomic.Bool
 	reg      atomic.Pointer[selector.Registration]
 
-	mu      sync.Mutex // guards the fields below
-	closed  bool
-	pending map[*Conn]struct{} // accepted, handshake not finished
-	ready   []*Conn            // connected, waiting for Accept
-	acceptq waitq              // blocked Accepts
+	// accepting counts the connect requests handed to goroutines of
+	// their own (handleEvent); Close waits for them before it destroys
+	// the listener's event channel, which their IDs came from.
+	accepting sync.WaitGroup
+
+	mu       sync.Mutex // guards the fields below
+	closed   bool
+	inflight int                // connect requests being set up
+	pending  map[*Conn]struct{} // accepted, handshake not finished
+	ready    []*Conn            // connected, waiting for Accept
+	acceptq  waitq              // blocked Accepts
 }
 
 func (t *Transport) listen(laddr *Addr) (*Listener, error) {
@@ -71,14 +77,22 @@ func (t *Transport) listen(laddr *Addr) (*Listener, error) {
 
 // handleEvent handles the listener's events: connect requests. Each new
 // connection gets its own event channel, a queue pair with its receives
-// posted, and an accept carrying our hello.
+// posted, and an accept carrying our hello; that setup is a string of
+// system calls (up to 80 ms for one connection in the Soft-RoCE VM), so
+// it runs on a goroutine of its own, and the selector the listener is
+// registered with goes on serving its connections meanwhile
+// (TestAcceptLeavesTheSelector).
 func (l *Listener) handleEvent(ev *verbs.Event, sink *selector.Sink) {
 	if ev.Type != verbs.ConnectRequest {
 		return
 	}
 	id := ev.ID
 	l.mu.Lock()
-	full := l.closed || len(l.pending)+len(l.ready) >= backlog
+	full := l.closed || l.inflight+len(l.pending)+len(l.ready) >= backlog
+	if !full {
+		l.inflight++
+		l.accepting.Add(1)
+	}
 	l.mu.Unlock()
 	_, err := decodeHello(ev.Private)
 	if err != nil {
@@ -87,8 +101,31 @@ func (l *Listener) handleEvent(ev *verbs.Event, sink *selector.Sink) {
 		err = fmt.Errorf("backlog of %d full, or listener closed", backlog)
 	}
 	if err != nil {
+		if !full {
+			l.acceptDone()
+		}
 		l.rejected(id, err)
 		return
+	}
+	go l.accept(id, append([]byte(nil), ev.Private...))
+}
+
+// testHookAccept, if set, runs at the start of every accept's setup.
+var testHookAccept atomic.Pointer[func(*Listener)]
+
+// acceptDone ends the count of a connect request handed off.
+func (l *Listener) acceptDone() {
+	l.mu.Lock()
+	l.inflight--
+	l.mu.Unlock()
+	l.accepting.Done()
+}
+
+// accept sets up the connection a peer asked for on id with its hello.
+func (l *Listener) accept(id verbs.ID, hello []byte) {
+	defer l.acceptDone()
+	if hook := testHookAccept.Load(); hook != nil {
+		(*hook)(l)
 	}
 	t := l.t
 	c, err := t.newConn(nil)
@@ -116,7 +153,7 @@ func (l *Listener) handleEvent(ev *verbs.Event, sink *selector.Sink) {
 	}
 	c.mu.Lock()
 	c.state = stateAccepting
-	c.peerHello = append([]byte(nil), ev.Private...)
+	c.peerHello = hello
 	// A peer that never completes the handshake holds the queue pair
 	// and its receives no longer than an active connect may take.
 	c.connTimer = time.AfterFunc(t.cfg.ConnectTimeout, func() {
@@ -124,6 +161,16 @@ func (l *Listener) handleEvent(ev *verbs.Event, sink *selector.Sink) {
 	})
 	c.mu.Unlock()
 	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		l.refused(id, fmt.Errorf("listener closed"))
+		c.mu.Lock()
+		c.listener = nil
+		c.connTimer.Stop()
+		c.mu.Unlock()
+		c.teardown()
+		return
+	}
 	l.pending[c] = struct{}{}
 	l.mu.Unlock()
 	if err := id.Accept(c.hello().encode()); err != nil {
@@ -242,6 +289,7 @@ func (l *Listener) Close() error {
 	for _, c := range conns {
 		c.Close()
 	}
+	l.accepting.Wait()
 	l.cm.mu.Lock()
 	l.cm.destroyLocked(l.id)
 	l.cm.mu.Unlock()
