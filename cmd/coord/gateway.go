@@ -20,13 +20,19 @@ import (
 func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cf clusterFlags
 	var listen, ids string
+	var perHost, total int
 	err := parseFlags("gateway", args, stderr, func(fs *flag.FlagSet) {
 		cf.register(fs)
 		fs.StringVar(&listen, "listen", "127.0.0.1:2181", "serve ZooKeeper clients on `host:port` (TCP)")
 		fs.StringVar(&ids, "ids", "", "the client identities to use, `first-last` (default: every client of the cluster file)")
+		fs.IntVar(&perHost, "max-client-cnxns", gateway.DefaultMaxConnsPerHost, "the most connections open at once from one client address, as ZooKeeper's maxClientCnxns (0: no limit)")
+		fs.IntVar(&total, "max-conns", gateway.DefaultMaxConns, "the most connections open at once from all clients (0: no limit)")
 	})
 	if err != nil {
 		return err
+	}
+	if perHost < 0 || total < 0 {
+		return fmt.Errorf("%w: -max-client-cnxns and -max-conns must not be negative", errUsage)
 	}
 	c, err := cf.load()
 	if err != nil {
@@ -37,7 +43,8 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	logger := cf.logger(stderr).With("gateway", listen)
-	client, gw, err := newGateway(ctx, node.ClientConfig{Cluster: c, IDs: pool, Transport: &cf.transport, Logger: logger})
+	gcfg := gateway.Config{MaxConnsPerHost: noLimit(perHost), MaxConns: noLimit(total)}
+	client, gw, err := newGateway(ctx, node.ClientConfig{Cluster: c, IDs: pool, Transport: &cf.transport, Logger: logger}, gcfg)
 	if err != nil {
 		return err
 	}
@@ -64,9 +71,17 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	})
 }
 
-// newGateway starts a bft client with cfg and a gateway on it, notified
-// as the client's first identity.
-func newGateway(ctx context.Context, cfg node.ClientConfig) (*node.Client, *gateway.Server, error) {
+// noLimit maps a flag's 0, ZooKeeper's "no limit", to gateway.Config's.
+func noLimit(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
+// newGateway starts a bft client with cfg and a gateway configured by
+// gcfg on it, notified as the client's first identity.
+func newGateway(ctx context.Context, cfg node.ClientConfig, gcfg gateway.Config) (*node.Client, *gateway.Server, error) {
 	var gw atomic.Pointer[gateway.Server]
 	cfg.OnNote = func(_ bft.ClientID, n bft.Note) {
 		if g := gw.Load(); g != nil {
@@ -77,7 +92,8 @@ func newGateway(ctx context.Context, cfg node.ClientConfig) (*node.Client, *gate
 	if err != nil {
 		return nil, nil, err
 	}
-	g, err := gateway.New(gateway.Config{Invoker: client, ID: int64(cfg.IDs[0]), Notified: true, Logger: cfg.Logger})
+	gcfg.Invoker, gcfg.ID, gcfg.Notified, gcfg.Logger = client, int64(cfg.IDs[0]), true, cfg.Logger
+	g, err := gateway.New(gcfg)
 	if err != nil {
 		client.Close()
 		return nil, nil, err

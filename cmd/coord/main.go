@@ -6,7 +6,7 @@
 //
 //	coord keygen -n 4 -base-port 7100 -out cluster.json [-clients 64] [-host 127.0.0.1]
 //	coord replica -id I -cluster cluster.json [-data-dir DIR] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
-//	coord gateway -cluster cluster.json -listen HOST:PORT [-ids FIRST-LAST] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
+//	coord gateway -cluster cluster.json -listen HOST:PORT [-ids FIRST-LAST] [-max-client-cnxns 60] [-max-conns 1024] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
 //	coord demo [-transport tcp|rdma] [-clients C] [-rounds R]
 //
 // keygen writes a cluster file as bft keygen does: every replica's
@@ -21,7 +21,11 @@
 // replicas over -transport. It prints "gateway listening on ADDR" once it
 // accepts. Each request in flight takes one client identity of -ids
 // (default: every client of the cluster file); gateways running at once
-// must be given ranges that do not overlap.
+// must be given ranges that do not overlap. It holds at most
+// -max-client-cnxns connections from one client address (ZooKeeper's
+// maxClientCnxns, default 60) and -max-conns in all (default 1024); 0
+// lifts either bound. A connection past them is closed at once, and the
+// gateway logs it (at most once a second).
 //
 // demo starts four replicas and a gateway in this process, and C
 // ZooKeeper clients (go-zookeeper/zk) that each take a lock R times to
@@ -69,7 +73,7 @@ const (
 const usageText = `usage:
   coord keygen -n 4 -base-port 7100 -out cluster.json [-clients 64] [-host 127.0.0.1]
   coord replica -id I -cluster cluster.json [-data-dir DIR] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
-  coord gateway -cluster cluster.json -listen HOST:PORT [-ids FIRST-LAST] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
+  coord gateway -cluster cluster.json -listen HOST:PORT [-ids FIRST-LAST] [-max-client-cnxns 60] [-max-conns 1024] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
   coord demo [-transport tcp|rdma] [-clients C] [-rounds R]
 `
 

@@ -59,6 +59,14 @@
 // is an outage the replicas do not count against sessions
 // (coord.Config.Outage).
 //
+// Connections are bounded, from one client address (Config.MaxConnsPerHost,
+// 60 by default, as ZooKeeper's maxClientCnxns) and in all
+// (Config.MaxConns): a connection past either is closed at once, as
+// ZooKeeper closes one, and counted in Stats. A frame's buffer grows with
+// the bytes that arrive, not with the length the client announces; a
+// connect request may be 4 KiB, and must arrive within
+// Config.HandshakeTimeout.
+//
 // Memory is bounded per connection: the requests waiting
 // (Config.MaxPending bytes; past it the gateway stops reading from the
 // client) and the frames waiting to be written (Config.MaxOutput; past it,

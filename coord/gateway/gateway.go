@@ -46,6 +46,15 @@ type Config struct {
 	// PollInterval is how often sessions that may hold watches are
 	// polled for their events (default 10ms, or 1s if Notified).
 	PollInterval time.Duration
+	// MaxConnsPerHost bounds the connections open at once from one client
+	// address (IP), as ZooKeeper's maxClientCnxns does: a connection past
+	// it is closed at once. Default DefaultMaxConnsPerHost (60, as
+	// ZooKeeper's); negative: no bound.
+	MaxConnsPerHost int
+	// MaxConns bounds the connections open at once from all clients: a
+	// connection past it is closed at once. Default DefaultMaxConns;
+	// negative: no bound.
+	MaxConns int
 	// HandshakeTimeout bounds how long a new connection may take to send
 	// its connect request (default 10s).
 	HandshakeTimeout time.Duration
@@ -66,6 +75,12 @@ func (c Config) normalized() Config {
 		if c.Notified {
 			c.PollInterval = time.Second
 		}
+	}
+	if c.MaxConnsPerHost == 0 {
+		c.MaxConnsPerHost = DefaultMaxConnsPerHost
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = DefaultMaxConns
 	}
 	if c.HandshakeTimeout <= 0 {
 		c.HandshakeTimeout = 10 * time.Second
@@ -108,7 +123,12 @@ type Server struct {
 	closed    bool
 	listeners map[net.Listener]bool
 	conns     map[*conn]bool
+	perHost   map[string]int  // the connections open from each client address
 	sessions  map[int64]*conn // the connection serving each session
+
+	refusedHost, refusedTotal uint64 // Stats
+	refusalLogged             time.Time
+	refusalsQuiet             uint64 // refusals since, not logged
 }
 
 // New returns a gateway; it starts polling its sessions at once, and
@@ -127,7 +147,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1),
-		listeners: make(map[net.Listener]bool), conns: make(map[*conn]bool), sessions: make(map[int64]*conn)}
+		listeners: make(map[net.Listener]bool), conns: make(map[*conn]bool), perHost: make(map[string]int), sessions: make(map[int64]*conn)}
 	s.wg.Add(1)
 	go s.pollLoop()
 	return s, nil
@@ -175,6 +195,12 @@ func (s *Server) Serve(ln net.Listener) error {
 			s.mu.Unlock()
 			nc.Close()
 			return ErrClosed
+		}
+		if why := s.admit(c.host); why != "" {
+			s.logRefusal(why)
+			s.mu.Unlock()
+			nc.Close()
+			continue
 		}
 		s.conns[c] = true
 		s.wg.Add(1)
@@ -233,7 +259,12 @@ func (s *Server) bind(c *conn) bool {
 func (s *Server) forget(c *conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.conns, c)
+	if s.conns[c] {
+		delete(s.conns, c)
+		if s.perHost[c.host]--; s.perHost[c.host] <= 0 {
+			delete(s.perHost, c.host)
+		}
+	}
 	if c.session != 0 && s.sessions[c.session] == c {
 		delete(s.sessions, c.session)
 	}
