@@ -43,6 +43,21 @@ type Config struct {
 	// The gateway then polls a session when told to, and every
 	// PollInterval only as a safety net.
 	Notified bool
+	// Identities are the cluster's client identities the Invoker uses
+	// (node.ClientConfig.IDs). A gateway with Notified or Identities set
+	// claims its ID and these identities on the replicas
+	// (coord.ClaimOp) before New returns, and renews the claim every
+	// second: New fails with an error wrapping ErrHeld if a running
+	// gateway holds the ID or one of the identities, and a gateway whose
+	// claim another one took later (it could not renew it for the
+	// replicas' coord.Config.ClaimLease) stops, and Serve returns such
+	// an error.
+	Identities []bft.ClientID
+	// ClaimWait, if positive, is how long New waits for a conflicting
+	// claim to lapse (the replicas' coord.Config.ClaimLease, 5s by
+	// default, after its last renewal) rather than failing at once: for
+	// a gateway restarted in place of one that stopped.
+	ClaimWait time.Duration
 	// PollInterval is how often sessions that may hold watches are
 	// polled for their events (default 10ms, or 1s if Notified).
 	PollInterval time.Duration
@@ -100,7 +115,8 @@ func (c Config) normalized() Config {
 	return c
 }
 
-// ErrClosed is returned by Serve after Close.
+// ErrClosed is returned by Serve after Close (or an error wrapping
+// ErrHeld if the gateway stopped because another took its identity).
 var ErrClosed = errors.New("gateway: closed")
 
 // Server is a gateway: it serves ZooKeeper clients on the listeners given
@@ -119,8 +135,12 @@ type Server struct {
 	// (UnixNano), for the heartbeat.
 	lastOrder atomic.Int64
 
+	// holder is the number the gateway drew for its claim.
+	holder int64
+
 	mu        sync.Mutex
 	closed    bool
+	failed    error // why the gateway stopped itself (fail)
 	listeners map[net.Listener]bool
 	conns     map[*conn]bool
 	perHost   map[string]int  // the connections open from each client address
@@ -132,7 +152,9 @@ type Server struct {
 }
 
 // New returns a gateway; it starts polling its sessions at once, and
-// serves clients once Serve is called.
+// serves clients once Serve is called. A gateway with Config.Notified or
+// Config.Identities first claims its identities on the replicas, and
+// fails with an error wrapping ErrHeld if another gateway holds them.
 func New(cfg Config) (*Server, error) {
 	if cfg.Invoker == nil {
 		return nil, errors.New("gateway: Config.Invoker is nil")
@@ -145,9 +167,21 @@ func New(cfg Config) (*Server, error) {
 		}
 		cfg.ID = int64(binary.BigEndian.Uint64(b[:]) >> 1)
 	}
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1),
+	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), holder: int64(binary.BigEndian.Uint64(b[:])),
 		listeners: make(map[net.Listener]bool), conns: make(map[*conn]bool), perHost: make(map[string]int), sessions: make(map[int64]*conn)}
+	if claims := cfg.Notified || len(cfg.Identities) > 0; claims {
+		if err := s.claim(ctx); err != nil {
+			cancel()
+			return nil, err
+		}
+		s.wg.Add(1)
+		go s.renewLoop()
+	}
 	s.wg.Add(1)
 	go s.pollLoop()
 	return s, nil
@@ -161,7 +195,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.closed {
 		s.mu.Unlock()
 		ln.Close()
-		return ErrClosed
+		return s.closedErr()
 	}
 	s.listeners[ln] = true
 	s.mu.Unlock()
@@ -175,8 +209,8 @@ func (s *Server) Serve(ln net.Listener) error {
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
-			if s.ctx.Err() != nil {
-				return ErrClosed
+			if s.stopped() {
+				return s.closedErr()
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
@@ -194,7 +228,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		if s.closed {
 			s.mu.Unlock()
 			nc.Close()
-			return ErrClosed
+			return s.closedErr()
 		}
 		if why := s.admit(c.host); why != "" {
 			s.logRefusal(why)
@@ -215,21 +249,26 @@ func (s *Server) Serve(ln net.Listener) error {
 // another gateway. It does not close the Invoker.
 func (s *Server) Close() error {
 	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	for ln := range s.listeners {
-		ln.Close()
-	}
-	for c := range s.conns {
-		c.kill(errors.New("gateway closed"))
+	if !s.closed { // else closed before, or stopped by fail
+		s.closed = true
+		for ln := range s.listeners {
+			ln.Close()
+		}
+		for c := range s.conns {
+			c.kill(errors.New("gateway closed"))
+		}
 	}
 	s.mu.Unlock()
 	s.cancel()
 	s.wg.Wait()
 	return nil
+}
+
+// stopped reports whether Close or fail stopped the gateway.
+func (s *Server) stopped() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
 }
 
 // Sessions returns the number of sessions the gateway serves.
