@@ -120,7 +120,7 @@ func demo(ctx context.Context, d demoConfig, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	client, gw, err := newGateway(ctx, node.ClientConfig{Cluster: c, IDs: ids, Network: d.network, Logger: logger}, gateway.Config{})
+	client, gw, err := newGateway(ctx, node.ClientConfig{Cluster: c, IDs: ids, Network: d.network, Logger: logger}, gateway.Config{}, claimLapse)
 	if err != nil {
 		return err
 	}
