@@ -167,12 +167,16 @@ func New(cfg Config) (*Server, error) {
 		}
 		cfg.ID = int64(binary.BigEndian.Uint64(b[:]) >> 1)
 	}
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return nil, err
+	var holder int64
+	for holder == 0 { // 0 only asks (coord.ClaimOp)
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, err
+		}
+		holder = int64(binary.BigEndian.Uint64(b[:]))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), holder: int64(binary.BigEndian.Uint64(b[:])),
+	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), holder: holder,
 		listeners: make(map[net.Listener]bool), conns: make(map[*conn]bool), perHost: make(map[string]int), sessions: make(map[int64]*conn)}
 	if claims := cfg.Notified || len(cfg.Identities) > 0; claims {
 		if err := s.claim(ctx); err != nil {
