@@ -51,6 +51,10 @@ type Config struct {
 	// for its sessions; the others only find them by polling. Only the
 	// cluster's identities: the replicas keep notifications for each.
 	Clients []bft.ClientID
+	// ClaimLease is how long, in agreed milliseconds, a gateway's claim
+	// of its ID and identities (ClaimOp) lasts unless renewed (default
+	// 5000; a gateway renews every second).
+	ClaimLease int64
 }
 
 func (c Config) normalized() Config {
@@ -70,6 +74,9 @@ func (c Config) normalized() Config {
 	if c.SweepInterval <= 0 {
 		c.SweepInterval = 1000
 	}
+	if c.ClaimLease <= 0 {
+		c.ClaimLease = 5000
+	}
 	return c
 }
 
@@ -88,6 +95,7 @@ type App struct {
 	sessions map[int64]*session // the tree's open sessions
 	queued   int                // the bytes of all sessions' events
 	notified map[int64]bool     // the gateways that are notified: Config.Clients
+	claims   map[int64]*claim   // the gateways' claims, by gateway ID
 	// woken are the sessions of notified gateways that got events during
 	// the current Execute.
 	woken []*session
@@ -113,7 +121,7 @@ var (
 // New returns an App holding a fresh tree.
 func New(cfg Config) *App {
 	cfg = cfg.normalized()
-	a := &App{cfg: cfg, tree: tree.New(cfg.Tree), sessions: make(map[int64]*session), notified: make(map[int64]bool)}
+	a := &App{cfg: cfg, tree: tree.New(cfg.Tree), sessions: make(map[int64]*session), notified: make(map[int64]bool), claims: make(map[int64]*claim)}
 	if a.cfg.Outage <= 0 {
 		a.cfg.Outage = int64(a.tree.Config().MinSessionTimeout / 2)
 	}
@@ -127,8 +135,8 @@ func New(cfg Config) *App {
 // replica's tests and tools); the caller must not write to it.
 func (a *App) Tree() *tree.Tree { return a.tree }
 
-// Execute runs one op a gateway built with ConnectOp, RequestOp or PollOp
-// and returns its result for the matching Parse function. Before the op
+// Execute runs one op a gateway built with ConnectOp, RequestOp, PollOp
+// or ClaimOp and returns its result for the matching Parse function. Before the op
 // it postpones every session's deadline by the gap since the last op if
 // that was an outage (Config.Outage), ends the sessions whose deadline
 // passed at ctx.Time and sweeps
@@ -149,6 +157,8 @@ func (a *App) Execute(ctx bft.ExecContext, b []byte) []byte {
 		return appendConnectResult(nil, a.connect(o, now))
 	case kindRequest:
 		return a.request(o, now)
+	case kindClaim:
+		return appendClaimResult(nil, a.claim(o, now))
 	default:
 		return a.poll(o, now)
 	}
@@ -223,13 +233,20 @@ func ReadOnly(op proto.OpCode, req proto.Record) bool {
 
 // Query answers a RequestOp whose request is ReadOnly from the current
 // state, without changing it: the bft core's read-only path, one round
-// trip instead of an ordered request. It answers StatusOrder, asking for
+// trip instead of an ordered request. It answers a ClaimOp as Execute
+// would, recording nothing and taking lapsed claims as held (their
+// ClaimResult.Renewed tells). It answers StatusOrder, asking for
 // the op to be ordered, for any other op, and for a session that is gone,
 // belongs to another gateway, or has watch events waiting: those must
 // reach the client before an answer that may show their change.
 func (a *App) Query(_ bft.QueryContext, b []byte) []byte {
 	order := appendSessionResult(nil, StatusOrder, nil)
 	o, err := decodeOp(b)
+	if err == nil && o.kind == kindClaim {
+		// Read-only, a claim is answered from the claims as they are,
+		// lapsed ones too: whether a holder runs shows in its renewals.
+		return appendClaimResult(nil, a.checkClaim(o, 0, false))
+	}
 	if err != nil || o.kind != kindRequest {
 		return order
 	}

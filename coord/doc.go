@@ -10,7 +10,9 @@
 // An op is what a gateway asks for one of its sessions, built with
 // ConnectOp (open a session, or resume one with its password), RequestOp
 // (one ZooKeeper request, its header and body as the client sent them)
-// or PollOp (renew sessions and collect their watch events). A gateway
+// or PollOp (renew sessions and collect their watch events); with
+// ClaimOp a gateway claims its number and client identities, so that a
+// second gateway given the same ones learns it (see claim.go). A gateway
 // names itself in every op with a number of its own choosing; a session
 // belongs to the gateway that last connected it, and a request for it
 // from another gateway is answered with ZooKeeper's sessionMoved. A

@@ -12,6 +12,7 @@ const (
 	kindConnect int32 = 1 // open a session or resume one
 	kindRequest int32 = 2 // one ZooKeeper request of a session
 	kindPoll    int32 = 3 // renew sessions and collect their events
+	kindClaim   int32 = 4 // claim a gateway ID and client identities
 )
 
 // Status says what a gateway does with a session's connection after it
@@ -52,6 +53,8 @@ func (s Status) String() string {
 		return "malformed"
 	case StatusOrder:
 		return "order"
+	case StatusHeld:
+		return "held"
 	}
 	return fmt.Sprintf("status(%d)", int32(s))
 }
@@ -127,6 +130,8 @@ type op struct {
 	passwd   []byte
 	frame    []byte
 	sessions []int64
+	holder   int64       // kindClaim
+	ranges   [][2]uint32 // kindClaim
 }
 
 // maxPollSessions bounds the sessions of one poll op.
@@ -153,6 +158,9 @@ func decodeOp(b []byte) (op, error) {
 		for i := range o.sessions {
 			o.sessions[i] = d.Int64()
 		}
+	case kindClaim:
+		o.holder = d.Int64()
+		o.ranges = decodeRanges(d)
 	default:
 		d.Fail(fmt.Errorf("unknown kind %d", o.kind))
 	}

@@ -11,15 +11,17 @@ import (
 )
 
 // snapshotVersion starts every snapshot. Version 1 lacked the agreed
-// time of the last op; Restore still reads it.
-const snapshotVersion int32 = 2
+// time of the last op, and versions 1 and 2 the gateways' claims; Restore
+// still reads them.
+const snapshotVersion int32 = 3
 
 // ErrSnapshot is wrapped by the errors of Restore.
 var ErrSnapshot = errors.New("coord: bad snapshot")
 
 // Snapshot encodes the App's state canonically: the agreed times of the
 // next expiry look and sweep and of the last op, every session's gateway and queued events in
-// id order, then the tree's own snapshot.
+// id order, the tree's own snapshot, then the gateways' claims in
+// gateway order.
 func (a *App) Snapshot() []byte {
 	e := proto.NewEncoder(nil)
 	e.Int32(snapshotVersion)
@@ -36,6 +38,19 @@ func (a *App) Snapshot() []byte {
 		e.Buffer(s.events)
 	}
 	e.Buffer(a.tree.Snapshot())
+	gws := slices.Sorted(maps.Keys(a.claims))
+	e.Int32(int32(len(gws)))
+	for _, gw := range gws {
+		c := a.claims[gw]
+		e.Int64(gw)
+		e.Int64(c.holder)
+		e.Int64(c.renewed)
+		e.Int32(int32(len(c.ranges)))
+		for _, r := range c.ranges {
+			e.Int32(int32(r[0]))
+			e.Int32(int32(r[1]))
+		}
+	}
 	return e.Bytes()
 }
 
@@ -46,7 +61,7 @@ func (a *App) Snapshot() []byte {
 func (a *App) Restore(b []byte) error {
 	d := proto.NewDecoder(b)
 	v := d.Int32()
-	if v != 1 && v != snapshotVersion && d.Err() == nil {
+	if (v < 1 || v > snapshotVersion) && d.Err() == nil {
 		return fmt.Errorf("%w: version %d", ErrSnapshot, v)
 	}
 	nextExpire, nextSweep, lastOp := d.Int64(), d.Int64(), int64(0)
@@ -78,6 +93,26 @@ func (a *App) Restore(b []byte) error {
 		sessions[id] = s
 	}
 	ts := d.Buffer()
+	claims := make(map[int64]*claim)
+	if v >= 3 {
+		n := d.Int32()
+		if n < 0 || n > maxClaims || int(n)*28 > d.Len() {
+			return fmt.Errorf("%w: %d claims in %d bytes", ErrSnapshot, n, len(b))
+		}
+		for i := range n {
+			gw := d.Int64()
+			c := &claim{holder: d.Int64(), renewed: d.Int64()}
+			c.ranges = decodeRanges(d)
+			if d.Err() != nil {
+				break
+			}
+			if i > 0 && gw <= last {
+				return fmt.Errorf("%w: claim of gateway %d out of order", ErrSnapshot, gw)
+			}
+			last = gw
+			claims[gw] = c
+		}
+	}
 	if err := d.Err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrSnapshot, err)
 	}
@@ -91,6 +126,6 @@ func (a *App) Restore(b []byte) error {
 	if !slices.Equal(t.Sessions(), slices.Sorted(maps.Keys(sessions))) {
 		return fmt.Errorf("%w: sessions differ from the tree's", ErrSnapshot)
 	}
-	a.tree, a.sessions, a.queued, a.nextExpire, a.nextSweep, a.last = t, sessions, queued, nextExpire, nextSweep, lastOp
+	a.tree, a.sessions, a.queued, a.nextExpire, a.nextSweep, a.last, a.claims = t, sessions, queued, nextExpire, nextSweep, lastOp, claims
 	return nil
 }

@@ -327,6 +327,12 @@ func (c *Client) takeCalls() {
 	}
 }
 
+// LinksUp returns the number of replicas the client has a link to now.
+// A read-only request (InvokeRead) goes to every replica once, and is
+// ordered if 2f+1 do not answer: a caller that must not have it ordered
+// waits for the links first.
+func (c *Client) LinksUp() int { return int(c.linksUp.Load()) }
+
 // Close stops the client: it closes every link and its transport and
 // returns after the client's goroutine has exited. Invokes in progress
 // return ErrClosed.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -38,6 +39,7 @@ func TestUsageErrors(t *testing.T) {
 		{"keygen", "extra"},
 		{"replica", "-cluster", "/nonexistent/cluster.json", "-id", "0", "-transport", "udp"},
 		{"gateway", "-nosuchflag"},
+		{"gateway", "-max-client-cnxns", "-1"},
 		{"demo", "-clients", "1"},
 		{"demo", "-transport", "udp"},
 	} {
@@ -137,7 +139,7 @@ func TestCommands(t *testing.T) {
 		start("replica", "-id", strconv.Itoa(i), "-cluster", file, "-data-dir", filepath.Join(dir, "r"+strconv.Itoa(i)), "-transport", "tcp")
 	}
 	prof := filepath.Join(dir, "gateway.prof")
-	addr := announced(t, start("gateway", "-cluster", file, "-listen", "127.0.0.1:0", "-ids", "0-3", "-transport", "tcp", "-cpuprofile", prof))
+	addr := announced(t, start("gateway", "-cluster", file, "-listen", "127.0.0.1:0", "-ids", "0-3", "-transport", "tcp", "-cpuprofile", prof, "-max-client-cnxns", "2"))
 
 	zc, _, err := zk.Connect([]string{addr}, 10*time.Second, zk.WithLogger(quietLogger{}))
 	if err != nil {
@@ -149,6 +151,26 @@ func TestCommands(t *testing.T) {
 	}
 	if data, _, err := zc.Get("/hello"); err != nil || string(data) != "world" {
 		t.Fatalf("get: %q %v", data, err)
+	}
+	// -max-client-cnxns 2: with zc connected, one more connection from
+	// this address stays and the next is closed.
+	var held []net.Conn
+	for range 2 {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		held = append(held, nc)
+	}
+	time.Sleep(200 * time.Millisecond)
+	for i, nc := range held {
+		nc.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		_, err := nc.Read(make([]byte, 1))
+		var ne net.Error
+		if open := errors.As(err, &ne) && ne.Timeout(); open != (i == 0) {
+			t.Errorf("connection %d beside the client: open %v (%v)", i+2, open, err)
+		}
 	}
 
 	// The gateway writes its CPU profile when it stops: a gzipped

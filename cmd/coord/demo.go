@@ -22,6 +22,7 @@ import (
 	"github.com/rubin-go/rubin/bft/auth"
 	"github.com/rubin-go/rubin/bft/node"
 	"github.com/rubin-go/rubin/coord"
+	"github.com/rubin-go/rubin/coord/gateway"
 )
 
 // demoConfig is what the demo runs.
@@ -119,7 +120,7 @@ func demo(ctx context.Context, d demoConfig, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	client, gw, err := newGateway(ctx, node.ClientConfig{Cluster: c, IDs: ids, Network: d.network, Logger: logger})
+	client, gw, err := newGateway(ctx, node.ClientConfig{Cluster: c, IDs: ids, Network: d.network, Logger: logger}, gateway.Config{}, claimLapse)
 	if err != nil {
 		return err
 	}

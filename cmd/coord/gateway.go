@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,26 +13,40 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/rubin-go/rubin/bft"
 	"github.com/rubin-go/rubin/bft/auth"
 	"github.com/rubin-go/rubin/bft/node"
+	"github.com/rubin-go/rubin/coord"
 	"github.com/rubin-go/rubin/coord/gateway"
 )
 
 func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cf clusterFlags
 	var listen, ids string
+	var perHost, total, which int
+	var claimWait time.Duration
 	err := parseFlags("gateway", args, stderr, func(fs *flag.FlagSet) {
 		cf.register(fs)
 		fs.StringVar(&listen, "listen", "127.0.0.1:2181", "serve ZooKeeper clients on `host:port` (TCP)")
-		fs.StringVar(&ids, "ids", "", "the client identities to use, `first-last` (default: every client of the cluster file)")
+		fs.IntVar(&which, "gateway", -1, "be gateway `I` of those coord keygen -gateways shared the client identities out to")
+		fs.StringVar(&ids, "ids", "", "the client identities to use, `first-last` (default: -gateway's, or every client of the cluster file if keygen made one gateway)")
+		fs.IntVar(&perHost, "max-client-cnxns", gateway.DefaultMaxConnsPerHost, "the most connections open at once from one client address, as ZooKeeper's maxClientCnxns (0: no limit)")
+		fs.DurationVar(&claimWait, "claim-wait", claimLapse, "wait up to `duration` for the claim of these identities by a gateway that stopped to lapse (0: refuse at once)")
+		fs.IntVar(&total, "max-conns", gateway.DefaultMaxConns, "the most connections open at once from all clients (0: no limit)")
 	})
 	if err != nil {
 		return err
 	}
+	if perHost < 0 || total < 0 {
+		return fmt.Errorf("%w: -max-client-cnxns and -max-conns must not be negative", errUsage)
+	}
 	c, err := cf.load()
 	if err != nil {
+		return err
+	}
+	if ids, err = gatewayIDs(cf.path, ids, which); err != nil {
 		return err
 	}
 	pool, err := identities(c, ids)
@@ -37,7 +54,8 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	logger := cf.logger(stderr).With("gateway", listen)
-	client, gw, err := newGateway(ctx, node.ClientConfig{Cluster: c, IDs: pool, Transport: &cf.transport, Logger: logger})
+	gcfg := gateway.Config{MaxConnsPerHost: noLimit(perHost), MaxConns: noLimit(total)}
+	client, gw, err := newGateway(ctx, node.ClientConfig{Cluster: c, IDs: pool, Transport: &cf.transport, Logger: logger}, gcfg, claimWait)
 	if err != nil {
 		return err
 	}
@@ -64,9 +82,104 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	})
 }
 
-// newGateway starts a bft client with cfg and a gateway on it, notified
-// as the client's first identity.
-func newGateway(ctx context.Context, cfg node.ClientConfig) (*node.Client, *gateway.Server, error) {
+// noLimit maps a flag's 0, ZooKeeper's "no limit", to gateway.Config's.
+func noLimit(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
+// newGateway starts a bft client with cfg and a gateway configured by
+// gcfg on it, notified as the client's first identity, which claims the
+// client's identities (gateway.Config.Identities).
+//
+// Before that, it looks whether another gateway holds them, in a way
+// that cannot disturb that gateway's requests (probeClaim). If one does
+// and renews its claim, newGateway fails and says so; if its claim is
+// not renewed, that gateway stopped (this one's previous run), and the
+// gateway waits up to claimWait for the claim to lapse.
+func newGateway(ctx context.Context, cfg node.ClientConfig, gcfg gateway.Config, claimWait time.Duration) (*node.Client, *gateway.Server, error) {
+	if r, err := probeClaim(ctx, cfg); err == nil && r.Status == coord.StatusHeld {
+		select {
+		case <-time.After(renewGrace):
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+		r2, err := probeClaim(ctx, cfg)
+		switch {
+		case err == nil && r2.Status == coord.StatusHeld && r2 != r:
+			return nil, nil, heldError(&gateway.HeldError{ID: int64(cfg.IDs[0]), Claim: r2})
+		case err == nil && r2 == r:
+			cfg.Logger.Info("identities held by a gateway that stopped: waiting for its claim to lapse", "holder", fmt.Sprintf("%#x", uint64(r.Holder)))
+			gcfg.ClaimWait = claimWait
+		}
+	}
+	// Free, or the probe could not tell: the gateway's ordered claim
+	// decides.
+	client, g, err := openGateway(ctx, cfg, gcfg)
+	if errors.Is(err, gateway.ErrHeld) {
+		err = heldError(err)
+	}
+	return client, g, err
+}
+
+func heldError(err error) error {
+	return fmt.Errorf("%w. Another gateway runs with the same identities: give each its own (coord keygen -gateways N, then coord gateway -gateway I)", err)
+}
+
+// probeClaim asks the replicas, read-only, whose claim holds the
+// identities of cfg, through a bft client of its own, once it has a link
+// to every replica. A read-only request changes nothing on the replicas.
+// If the client orders it instead (the answers differ or are late), its
+// timestamps, which start at a random number below the clock's, make an
+// identity that another gateway uses ignore it as older than that
+// gateway's requests, where the gateway's own timestamps, from the
+// clock, would overtake the other's, which would then be ignored in
+// turn. The probe then fails, as one the replicas do not answer within
+// probeTimeout does.
+func probeClaim(ctx context.Context, cfg node.ClientConfig) (coord.ClaimResult, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return coord.ClaimResult{}, err
+	}
+	cfg.StartTimestamp, cfg.OnNote = 1+binary.BigEndian.Uint64(b[:])>>4, nil // below 2^60 ns: 2006
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	client, err := node.NewClient(ctx, cfg)
+	if err != nil {
+		return coord.ClaimResult{}, err
+	}
+	defer client.Close()
+	for client.LinksUp() < cfg.Cluster.N() {
+		select {
+		case <-time.After(5 * time.Millisecond):
+		case <-ctx.Done():
+			return coord.ClaimResult{}, ctx.Err()
+		}
+	}
+	res, err := client.InvokeRead(ctx, coord.ClaimOp(int64(cfg.IDs[0]), 0, cfg.IDs))
+	if err != nil {
+		return coord.ClaimResult{}, err
+	}
+	return coord.ParseClaimResult(res)
+}
+
+// probeTimeout bounds a probe of the claims.
+const probeTimeout = 5 * time.Second
+
+// renewGrace is how long newGateway leaves another gateway to renew its
+// claim (every second) between two probes, with its own links down (they
+// displace the other's, which come back within node.DefaultRedialMax).
+const renewGrace = 3 * time.Second
+
+// claimLapse is the default bound of the wait for a stopped gateway's
+// claim to lapse: the replicas' coord.Config.ClaimLease (5s) and time to
+// spare.
+const claimLapse = 10 * time.Second
+
+// openGateway starts a bft client with cfg and a gateway on it.
+func openGateway(ctx context.Context, cfg node.ClientConfig, gcfg gateway.Config) (*node.Client, *gateway.Server, error) {
 	var gw atomic.Pointer[gateway.Server]
 	cfg.OnNote = func(_ bft.ClientID, n bft.Note) {
 		if g := gw.Load(); g != nil {
@@ -77,7 +190,8 @@ func newGateway(ctx context.Context, cfg node.ClientConfig) (*node.Client, *gate
 	if err != nil {
 		return nil, nil, err
 	}
-	g, err := gateway.New(gateway.Config{Invoker: client, ID: int64(cfg.IDs[0]), Notified: true, Logger: cfg.Logger})
+	gcfg.Invoker, gcfg.ID, gcfg.Notified, gcfg.Identities, gcfg.Logger = client, int64(cfg.IDs[0]), true, cfg.IDs, cfg.Logger
+	g, err := gateway.New(gcfg)
 	if err != nil {
 		client.Close()
 		return nil, nil, err

@@ -4,13 +4,15 @@
 //
 // Usage:
 //
-//	coord keygen -n 4 -base-port 7100 -out cluster.json [-clients 64] [-host 127.0.0.1]
+//	coord keygen -n 4 -base-port 7100 -out cluster.json [-clients 64] [-gateways 1] [-host 127.0.0.1]
 //	coord replica -id I -cluster cluster.json [-data-dir DIR] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
-//	coord gateway -cluster cluster.json -listen HOST:PORT [-ids FIRST-LAST] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
+//	coord gateway -cluster cluster.json -listen HOST:PORT [-gateway I | -ids FIRST-LAST] [-claim-wait D] [-max-client-cnxns 60] [-max-conns 1024] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
 //	coord demo [-transport tcp|rdma] [-clients C] [-rounds R]
 //
 // keygen writes a cluster file as bft keygen does: every replica's
 // address and keys, and the keys of the client identities gateways use.
+// Beside it, in CLUSTER.gateways.json, it shares the identities out among
+// -gateways gateways, each its own range.
 //
 // replica runs replica I of the cluster until interrupted; once it listens
 // it prints "replica I listening on ADDR". With -data-dir it persists its
@@ -19,9 +21,19 @@
 // gateway serves ZooKeeper's client protocol on -listen (TCP, whatever
 // -transport is: that is how ZooKeeper clients connect) and reaches the
 // replicas over -transport. It prints "gateway listening on ADDR" once it
-// accepts. Each request in flight takes one client identity of -ids
-// (default: every client of the cluster file); gateways running at once
-// must be given ranges that do not overlap.
+// accepts. Each request in flight takes one client identity: those of
+// -gateway I in the cluster's gateways file, or -ids, or by default every
+// client of the cluster file (refused if the gateways file shares them
+// out among several gateways). Gateways running at once must have
+// identities that do not overlap: a gateway whose identities another
+// running gateway holds (a claim the replicas keep and the gateway renews
+// every second) refuses to start and says so; one whose identities a
+// gateway that stopped still holds (its own previous run) waits for that
+// claim to lapse, at most -claim-wait (default 10s), and starts. It holds at most -max-client-cnxns
+// connections from one client address (ZooKeeper's maxClientCnxns,
+// default 60) and -max-conns in all (default 1024); 0 lifts either bound.
+// A connection past them is closed at once, and the gateway logs it (at
+// most once a second).
 //
 // demo starts four replicas and a gateway in this process, and C
 // ZooKeeper clients (go-zookeeper/zk) that each take a lock R times to
@@ -67,9 +79,9 @@ const (
 )
 
 const usageText = `usage:
-  coord keygen -n 4 -base-port 7100 -out cluster.json [-clients 64] [-host 127.0.0.1]
+  coord keygen -n 4 -base-port 7100 -out cluster.json [-clients 64] [-gateways 1] [-host 127.0.0.1]
   coord replica -id I -cluster cluster.json [-data-dir DIR] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
-  coord gateway -cluster cluster.json -listen HOST:PORT [-ids FIRST-LAST] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
+  coord gateway -cluster cluster.json -listen HOST:PORT [-gateway I | -ids FIRST-LAST] [-claim-wait D] [-max-client-cnxns 60] [-max-conns 1024] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
   coord demo [-transport tcp|rdma] [-clients C] [-rounds R]
 `
 

@@ -19,8 +19,9 @@ import (
 // it: serve reads the client's frames, work runs its requests one at a
 // time, writeLoop writes what the others queue.
 type conn struct {
-	srv *Server
-	nc  net.Conn
+	srv  *Server
+	nc   net.Conn
+	host string // the client's address, which MaxConnsPerHost counts
 
 	// Set by the handshake, before the session is bound; read-only after.
 	session int64
@@ -56,7 +57,7 @@ type request struct {
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
-	c := &conn{srv: s, nc: nc, turn: make(chan struct{}, 1), done: make(chan struct{}), wake: make(chan struct{}, 1)}
+	c := &conn{srv: s, nc: nc, host: remoteHost(nc), turn: make(chan struct{}, 1), done: make(chan struct{}), wake: make(chan struct{}, 1)}
 	c.cond.L = &c.mu
 	return c
 }
@@ -96,7 +97,7 @@ func (c *conn) serve() {
 func (c *conn) handshake() error {
 	cfg := &c.srv.cfg
 	c.nc.SetReadDeadline(time.Now().Add(cfg.HandshakeTimeout))
-	frame, err := proto.ReadFrame(c.nc, nil)
+	frame, err := readFrame(c.nc, maxConnectFrame)
 	if err != nil {
 		return err
 	}
@@ -150,7 +151,7 @@ func (c *conn) readLoop() error {
 	for {
 		// A ZooKeeper server drops a client silent for its timeout.
 		c.nc.SetReadDeadline(time.Now().Add(c.timeout))
-		frame, err := proto.ReadFrame(c.nc, nil)
+		frame, err := readFrame(c.nc, proto.MaxPacket)
 		if err != nil {
 			return err
 		}

@@ -59,6 +59,21 @@
 // is an outage the replicas do not count against sessions
 // (coord.Config.Outage).
 //
+// A gateway that uses cluster identities (Config.Notified or
+// Config.Identities) claims them and its ID on the replicas when it
+// starts and renews the claim every second (coord.ClaimOp): New fails
+// with an error wrapping ErrHeld if another gateway's live claim holds
+// them, and a gateway whose claim another took later stops, Serve
+// returning such an error.
+//
+// Connections are bounded, from one client address (Config.MaxConnsPerHost,
+// 60 by default, as ZooKeeper's maxClientCnxns) and in all
+// (Config.MaxConns): a connection past either is closed at once, as
+// ZooKeeper closes one, and counted in Stats. A frame's buffer grows with
+// the bytes that arrive, not with the length the client announces; a
+// connect request may be 4 KiB, and must arrive within
+// Config.HandshakeTimeout.
+//
 // Memory is bounded per connection: the requests waiting
 // (Config.MaxPending bytes; past it the gateway stops reading from the
 // client) and the frames waiting to be written (Config.MaxOutput; past it,

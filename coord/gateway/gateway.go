@@ -43,9 +43,33 @@ type Config struct {
 	// The gateway then polls a session when told to, and every
 	// PollInterval only as a safety net.
 	Notified bool
+	// Identities are the cluster's client identities the Invoker uses
+	// (node.ClientConfig.IDs). A gateway with Notified or Identities set
+	// claims its ID and these identities on the replicas
+	// (coord.ClaimOp) before New returns, and renews the claim every
+	// second: New fails with an error wrapping ErrHeld if a running
+	// gateway holds the ID or one of the identities, and a gateway whose
+	// claim another one took later (it could not renew it for the
+	// replicas' coord.Config.ClaimLease) stops, and Serve returns such
+	// an error.
+	Identities []bft.ClientID
+	// ClaimWait, if positive, is how long New waits for a conflicting
+	// claim to lapse (the replicas' coord.Config.ClaimLease, 5s by
+	// default, after its last renewal) rather than failing at once: for
+	// a gateway restarted in place of one that stopped.
+	ClaimWait time.Duration
 	// PollInterval is how often sessions that may hold watches are
 	// polled for their events (default 10ms, or 1s if Notified).
 	PollInterval time.Duration
+	// MaxConnsPerHost bounds the connections open at once from one client
+	// address (IP), as ZooKeeper's maxClientCnxns does: a connection past
+	// it is closed at once. Default DefaultMaxConnsPerHost (60, as
+	// ZooKeeper's); negative: no bound.
+	MaxConnsPerHost int
+	// MaxConns bounds the connections open at once from all clients: a
+	// connection past it is closed at once. Default DefaultMaxConns;
+	// negative: no bound.
+	MaxConns int
 	// HandshakeTimeout bounds how long a new connection may take to send
 	// its connect request (default 10s).
 	HandshakeTimeout time.Duration
@@ -67,6 +91,12 @@ func (c Config) normalized() Config {
 			c.PollInterval = time.Second
 		}
 	}
+	if c.MaxConnsPerHost == 0 {
+		c.MaxConnsPerHost = DefaultMaxConnsPerHost
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = DefaultMaxConns
+	}
 	if c.HandshakeTimeout <= 0 {
 		c.HandshakeTimeout = 10 * time.Second
 	}
@@ -85,7 +115,8 @@ func (c Config) normalized() Config {
 	return c
 }
 
-// ErrClosed is returned by Serve after Close.
+// ErrClosed is returned by Serve after Close (or an error wrapping
+// ErrHeld if the gateway stopped because another took its identity).
 var ErrClosed = errors.New("gateway: closed")
 
 // Server is a gateway: it serves ZooKeeper clients on the listeners given
@@ -104,15 +135,26 @@ type Server struct {
 	// (UnixNano), for the heartbeat.
 	lastOrder atomic.Int64
 
+	// holder is the number the gateway drew for its claim.
+	holder int64
+
 	mu        sync.Mutex
 	closed    bool
+	failed    error // why the gateway stopped itself (fail)
 	listeners map[net.Listener]bool
 	conns     map[*conn]bool
+	perHost   map[string]int  // the connections open from each client address
 	sessions  map[int64]*conn // the connection serving each session
+
+	refusedHost, refusedTotal uint64 // Stats
+	refusalLogged             time.Time
+	refusalsQuiet             uint64 // refusals since, not logged
 }
 
 // New returns a gateway; it starts polling its sessions at once, and
-// serves clients once Serve is called.
+// serves clients once Serve is called. A gateway with Config.Notified or
+// Config.Identities first claims its identities on the replicas, and
+// fails with an error wrapping ErrHeld if another gateway holds them.
 func New(cfg Config) (*Server, error) {
 	if cfg.Invoker == nil {
 		return nil, errors.New("gateway: Config.Invoker is nil")
@@ -125,9 +167,25 @@ func New(cfg Config) (*Server, error) {
 		}
 		cfg.ID = int64(binary.BigEndian.Uint64(b[:]) >> 1)
 	}
+	var holder int64
+	for holder == 0 { // 0 only asks (coord.ClaimOp)
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, err
+		}
+		holder = int64(binary.BigEndian.Uint64(b[:]))
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1),
-		listeners: make(map[net.Listener]bool), conns: make(map[*conn]bool), sessions: make(map[int64]*conn)}
+	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), holder: holder,
+		listeners: make(map[net.Listener]bool), conns: make(map[*conn]bool), perHost: make(map[string]int), sessions: make(map[int64]*conn)}
+	if claims := cfg.Notified || len(cfg.Identities) > 0; claims {
+		if err := s.claim(ctx); err != nil {
+			cancel()
+			return nil, err
+		}
+		s.wg.Add(1)
+		go s.renewLoop()
+	}
 	s.wg.Add(1)
 	go s.pollLoop()
 	return s, nil
@@ -141,7 +199,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.closed {
 		s.mu.Unlock()
 		ln.Close()
-		return ErrClosed
+		return s.closedErr()
 	}
 	s.listeners[ln] = true
 	s.mu.Unlock()
@@ -155,8 +213,8 @@ func (s *Server) Serve(ln net.Listener) error {
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
-			if s.ctx.Err() != nil {
-				return ErrClosed
+			if s.stopped() {
+				return s.closedErr()
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
@@ -174,7 +232,13 @@ func (s *Server) Serve(ln net.Listener) error {
 		if s.closed {
 			s.mu.Unlock()
 			nc.Close()
-			return ErrClosed
+			return s.closedErr()
+		}
+		if why := s.admit(c.host); why != "" {
+			s.logRefusal(why)
+			s.mu.Unlock()
+			nc.Close()
+			continue
 		}
 		s.conns[c] = true
 		s.wg.Add(1)
@@ -189,21 +253,26 @@ func (s *Server) Serve(ln net.Listener) error {
 // another gateway. It does not close the Invoker.
 func (s *Server) Close() error {
 	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	for ln := range s.listeners {
-		ln.Close()
-	}
-	for c := range s.conns {
-		c.kill(errors.New("gateway closed"))
+	if !s.closed { // else closed before, or stopped by fail
+		s.closed = true
+		for ln := range s.listeners {
+			ln.Close()
+		}
+		for c := range s.conns {
+			c.kill(errors.New("gateway closed"))
+		}
 	}
 	s.mu.Unlock()
 	s.cancel()
 	s.wg.Wait()
 	return nil
+}
+
+// stopped reports whether Close or fail stopped the gateway.
+func (s *Server) stopped() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
 }
 
 // Sessions returns the number of sessions the gateway serves.
@@ -233,7 +302,12 @@ func (s *Server) bind(c *conn) bool {
 func (s *Server) forget(c *conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.conns, c)
+	if s.conns[c] {
+		delete(s.conns, c)
+		if s.perHost[c.host]--; s.perHost[c.host] <= 0 {
+			delete(s.perHost, c.host)
+		}
+	}
 	if c.session != 0 && s.sessions[c.session] == c {
 		delete(s.sessions, c.session)
 	}

@@ -1,0 +1,106 @@
+package gateway
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/rubin-go/rubin/coord/proto"
+)
+
+// Default connection bounds (Config.MaxConnsPerHost, Config.MaxConns).
+const (
+	// DefaultMaxConnsPerHost is ZooKeeper's default maxClientCnxns.
+	DefaultMaxConnsPerHost = 60
+	// DefaultMaxConns bounds all connections of a gateway.
+	DefaultMaxConns = 1024
+)
+
+// maxConnectFrame bounds a connect request's frame. A ConnectRequest is
+// five fixed fields and the session password, which the server chose (16
+// bytes): under 50 bytes from every ZooKeeper client.
+const maxConnectFrame = 4 << 10
+
+// frameChunk is the first allocation for a frame's bytes; the buffer then
+// doubles as the bytes arrive.
+const frameChunk = 4 << 10
+
+// readFrame reads one frame of at most limit bytes (after its 4-byte
+// length), as proto.ReadFrame does, but sizes its buffer by what has
+// arrived rather than by the length the client announced: a client that
+// announces a megabyte and sends a byte makes the gateway hold a few
+// KiB, not a megabyte. The buffer is at most twice what arrived, or
+// frameChunk.
+func readFrame(r io.Reader, limit int) ([]byte, error) {
+	var prefix [4]byte
+	if _, err := io.ReadFull(r, prefix[:]); err != nil {
+		return nil, err
+	}
+	n := int(int32(binary.BigEndian.Uint32(prefix[:])))
+	if n < 0 || n > limit {
+		return nil, fmt.Errorf("%w: length %d, at most %d", proto.ErrFrameTooLarge, n, limit)
+	}
+	buf := make([]byte, 0, min(n, frameChunk))
+	for len(buf) < n {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, min(len(buf), n-len(buf)))
+		}
+		m, err := r.Read(buf[len(buf):min(cap(buf), n)])
+		buf = buf[:len(buf)+m]
+		if err != nil && len(buf) < n {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+	return buf, nil
+}
+
+// Stats are a gateway's counters.
+type Stats struct {
+	Conns    int // connections open, in their handshake or serving a session
+	Sessions int // sessions served
+	// RefusedPerHost counts the connections closed at once because their
+	// client's address had Config.MaxConnsPerHost open; RefusedTotal
+	// those closed because the gateway had Config.MaxConns open.
+	RefusedPerHost uint64
+	RefusedTotal   uint64
+}
+
+// Stats returns the gateway's counters.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Stats{Conns: len(s.conns), Sessions: len(s.sessions), RefusedPerHost: s.refusedHost, RefusedTotal: s.refusedTotal}
+}
+
+// admit counts a new connection from host against the bounds, as
+// ZooKeeper's maxClientCnxns does: it returns "" if the connection may
+// stay, or why not. s.mu must be held.
+func (s *Server) admit(host string) string {
+	if m := s.cfg.MaxConns; m > 0 && len(s.conns) >= m {
+		s.refusedTotal++
+		return fmt.Sprintf("too many connections: the gateway has %d, max is %d", len(s.conns), m)
+	}
+	if m := s.cfg.MaxConnsPerHost; m > 0 && s.perHost[host] >= m {
+		s.refusedHost++
+		return fmt.Sprintf("too many connections from %s: max is %d", host, m)
+	}
+	s.perHost[host]++
+	return ""
+}
+
+// logRefusal logs a refused connection, at most once a second, with the
+// number of refusals it did not log. s.mu must be held.
+func (s *Server) logRefusal(why string) {
+	now := time.Now()
+	if now.Sub(s.refusalLogged) < time.Second {
+		s.refusalsQuiet++
+		return
+	}
+	s.cfg.Logger.Warn("connection refused", "why", why, "unlogged", s.refusalsQuiet)
+	s.refusalLogged, s.refusalsQuiet = now, 0
+}
