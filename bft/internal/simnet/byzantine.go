@@ -144,6 +144,15 @@ func (a *Adversary) hear(p Packet) {
 	a.nHeard++
 }
 
+// heardSince calls f for every packet heard since *seen (at most the
+// ring's worth: older ones are gone) and moves *seen past them.
+func (a *Adversary) heardSince(seen *int, f func(p Packet)) {
+	*seen = max(*seen, a.nHeard-advRing)
+	for ; *seen < a.nHeard; *seen++ {
+		f(a.heard[*seen%advRing])
+	}
+}
+
 // Send injects an envelope from the adversary's replica (subject to
 // network faults, not to its behaviors).
 func (a *Adversary) Send(to bft.ReplicaID, m bft.Message) {
@@ -679,21 +688,17 @@ func (a *Adversary) fakeBatch(seq, v uint64) bft.Digest {
 func ServeFakes() func(a *Adversary) {
 	seen := 0
 	return func(a *Adversary) {
-		if a.nHeard-seen > advRing {
-			seen = a.nHeard - advRing
-		}
-		for ; seen < a.nHeard; seen++ {
-			p := a.heard[seen%advRing]
+		a.heardSince(&seen, func(p Packet) {
 			fb, ok := p.Msg.(*bft.FetchBatch)
 			if !ok || p.From.Client {
-				continue
+				return
 			}
 			if b := a.fakes[fb.Digest]; b != nil && b.Seq == fb.Seq {
 				c := *b
 				c.Replica = a.ID
 				a.Send(bft.ReplicaID(p.From.ID), &c)
 			}
-		}
+		})
 	}
 }
 

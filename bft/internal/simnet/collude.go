@@ -41,13 +41,9 @@ func omitClaims(q bool) Behavior {
 func Accomplice() func(a *Adversary) {
 	seen := 0
 	return func(a *Adversary) {
-		if a.nHeard-seen > advRing {
-			seen = a.nHeard - advRing
-		}
-		for ; seen < a.nHeard; seen++ {
-			p := a.heard[seen%advRing]
+		a.heardSince(&seen, func(p Packet) {
 			if p.From.Client {
-				continue
+				return
 			}
 			switch m := p.Msg.(type) {
 			case *bft.PrePrepare:
@@ -57,7 +53,7 @@ func Accomplice() func(a *Adversary) {
 					a.voteFor(&m.PrePrepares[i])
 				}
 			}
-		}
+		})
 	}
 }
 
