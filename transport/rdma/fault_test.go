@@ -487,26 +487,15 @@ func TestRefusedWhenSRQFull(t *testing.T) {
 // Here the server's teardown of a closed connection takes half a second,
 // and another connection's round trips must not wait for it.
 func TestTeardownLeavesTheSelector(t *testing.T) {
-	addr := rdmatest.Addr(t)
-	server, _ := newTransport(t, Config{})
-	clientTr, _ := newTransport(t, Config{})
-	l, err := server.Listen(context.Background(), net.JoinHostPort(addr, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	echoServer(t, l)
-	dial := func() *Conn {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		c, err := clientTr.Dial(ctx, l.Addr().String())
+	server, dial := echoOnOwnTransports(t)
+	mustDial := func() *Conn {
+		c, err := dial()
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { c.Close() })
 		return c
 	}
-	good, doomed := dial(), dial()
+	good, doomed := mustDial(), mustDial()
 	roundTrip(t, good, 64)
 	roundTrip(t, doomed, 64)
 
@@ -530,13 +519,7 @@ func TestTeardownLeavesTheSelector(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the server did not tear the closed connection down within 10 s")
 	}
-	var worst time.Duration
-	for start := time.Now(); time.Since(start) < hold; {
-		t0 := time.Now()
-		roundTrip(t, good, 64)
-		worst = max(worst, time.Since(t0))
-	}
-	if worst >= hold/2 {
+	if worst := worstRoundTrip(t, good, hold); worst >= hold/2 {
 		t.Errorf("a round trip took %v while the server tore another connection down (%v)", worst, hold)
 	}
 }
@@ -548,24 +531,7 @@ func TestTeardownLeavesTheSelector(t *testing.T) {
 // meanwhile. Here one setup takes half a second, and another connection's
 // round trips must not wait for it.
 func TestAcceptLeavesTheSelector(t *testing.T) {
-	addr := rdmatest.Addr(t)
-	server, _ := newTransport(t, Config{})
-	clientTr, _ := newTransport(t, Config{})
-	l, err := server.Listen(context.Background(), net.JoinHostPort(addr, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	echoServer(t, l)
-	dial := func() (*Conn, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		c, err := clientTr.Dial(ctx, l.Addr().String())
-		if err == nil {
-			t.Cleanup(func() { c.Close() })
-		}
-		return c, err
-	}
+	_, dial := echoOnOwnTransports(t)
 	good, err := dial()
 	if err != nil {
 		t.Fatal(err)
@@ -596,18 +562,47 @@ func TestAcceptLeavesTheSelector(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the server did not take the connect request within 10 s")
 	}
-	var worst time.Duration
-	for start := time.Now(); time.Since(start) < hold; {
-		t0 := time.Now()
-		roundTrip(t, good, 64)
-		worst = max(worst, time.Since(t0))
-	}
-	if worst >= hold/2 {
+	if worst := worstRoundTrip(t, good, hold); worst >= hold/2 {
 		t.Errorf("a round trip took %v while the server set up another connection (%v)", worst, hold)
 	}
 	if err := <-dialed; err != nil {
 		t.Errorf("the slow connection: %v", err)
 	}
+}
+
+// echoOnOwnTransports starts an echo server on a transport of its own and
+// returns that transport and a dialer to the server from another
+// transport; what it dials is closed when the test ends.
+func echoOnOwnTransports(t *testing.T) (server *Transport, dial func() (*Conn, error)) {
+	server, _ = newTransport(t, Config{})
+	clientTr, _ := newTransport(t, Config{})
+	l, err := server.Listen(context.Background(), net.JoinHostPort(rdmatest.Addr(t), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	echoServer(t, l)
+	return server, func() (*Conn, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, err := clientTr.Dial(ctx, l.Addr().String())
+		if err == nil {
+			t.Cleanup(func() { c.Close() })
+		}
+		return c, err
+	}
+}
+
+// worstRoundTrip returns the slowest of the 64 B round trips on c during
+// d.
+func worstRoundTrip(t *testing.T, c *Conn, d time.Duration) time.Duration {
+	var worst time.Duration
+	for start := time.Now(); time.Since(start) < d; {
+		t0 := time.Now()
+		roundTrip(t, c, 64)
+		worst = max(worst, time.Since(t0))
+	}
+	return worst
 }
 
 // echoOnce is roundTrip for goroutines other than the test's: it returns
