@@ -105,7 +105,7 @@ executed1=$(executed) t1=$(date +%s.%N)
 kill "$bench" 2>/dev/null || true
 wait "$bench" 2>/dev/null || true
 rate=$(awk -v a="$executed0" -v b="$executed1" -v t0="$t0" -v t1="$t1" 'BEGIN { printf "%d", (b - a) / (t1 - t0) }')
-[[ $rate -gt 0 ]] || die "replica 0 executed no request while perf sampled"
+[[ $rate -gt 0 ]] || die "replica 0 executed no request while perf sampled; the bench said: $(tail -n 3 "$work/bench.out")"
 
 section "where the replicas' CPU went (bft processes on CPU 1; ${rate} req/s)"
 comm=$(basename -- "$bin" | cut -c1-15) # the kernel's name of the replica processes

@@ -160,6 +160,17 @@ func FuzzStorageDecode(f *testing.F) {
 	})
 }
 
+// settle, for tests, waits until every job submitted so far is durable or the
+// storage failed, and returns the failure.
+func (s *storage) settle() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for (len(s.queue) > 0 || s.writing) && s.err == nil {
+		s.cond.Wait()
+	}
+	return s.err
+}
+
 // TestStorageDefersCommitted: a Ready whose records are all Deferred
 // (the committed slots, sent with the replies) writes nothing, so it
 // waits for no sync and a crash right after it loses them; the next

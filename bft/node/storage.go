@@ -189,17 +189,6 @@ func (s *storage) takeDurable() ([]*job, error) {
 	return s.out, err
 }
 
-// settle waits until every job submitted so far is durable or the
-// storage failed, and returns the failure.
-func (s *storage) settle() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for (len(s.queue) > 0 || s.writing) && s.err == nil {
-		s.cond.Wait()
-	}
-	return s.err
-}
-
 // encode makes rd's job: its snapshot (which holds every deferred
 // record), or its Persist records with the deferred records before them
 // and its own Deferred after them. A Ready with Deferred records alone
