@@ -97,7 +97,7 @@ func (c *conn) serve() {
 func (c *conn) handshake() error {
 	cfg := &c.srv.cfg
 	c.nc.SetReadDeadline(time.Now().Add(cfg.HandshakeTimeout))
-	frame, err := readFrame(c.nc, maxConnectFrame)
+	frame, err := proto.ReadFrameLimit(c.nc, nil, maxConnectFrame)
 	if err != nil {
 		return err
 	}
@@ -151,7 +151,7 @@ func (c *conn) readLoop() error {
 	for {
 		// A ZooKeeper server drops a client silent for its timeout.
 		c.nc.SetReadDeadline(time.Now().Add(c.timeout))
-		frame, err := readFrame(c.nc, proto.MaxPacket)
+		frame, err := proto.ReadFrame(c.nc, nil)
 		if err != nil {
 			return err
 		}

@@ -1,13 +1,8 @@
 package gateway
 
 import (
-	"encoding/binary"
 	"fmt"
-	"io"
-	"slices"
 	"time"
-
-	"github.com/rubin-go/rubin/coord/proto"
 )
 
 // Default connection bounds (Config.MaxConnsPerHost, Config.MaxConns).
@@ -22,42 +17,6 @@ const (
 // five fixed fields and the session password, which the server chose (16
 // bytes): under 50 bytes from every ZooKeeper client.
 const maxConnectFrame = 4 << 10
-
-// frameChunk is the first allocation for a frame's bytes; the buffer then
-// doubles as the bytes arrive.
-const frameChunk = 4 << 10
-
-// readFrame reads one frame of at most limit bytes (after its 4-byte
-// length), as proto.ReadFrame does, but sizes its buffer by what has
-// arrived rather than by the length the client announced: a client that
-// announces a megabyte and sends a byte makes the gateway hold a few
-// KiB, not a megabyte. The buffer is at most twice what arrived, or
-// frameChunk.
-func readFrame(r io.Reader, limit int) ([]byte, error) {
-	var prefix [4]byte
-	if _, err := io.ReadFull(r, prefix[:]); err != nil {
-		return nil, err
-	}
-	n := int(int32(binary.BigEndian.Uint32(prefix[:])))
-	if n < 0 || n > limit {
-		return nil, fmt.Errorf("%w: length %d, at most %d", proto.ErrFrameTooLarge, n, limit)
-	}
-	buf := make([]byte, 0, min(n, frameChunk))
-	for len(buf) < n {
-		if len(buf) == cap(buf) {
-			buf = slices.Grow(buf, min(len(buf), n-len(buf)))
-		}
-		m, err := r.Read(buf[len(buf):min(cap(buf), n)])
-		buf = buf[:len(buf)+m]
-		if err != nil && len(buf) < n {
-			if err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
-			return nil, err
-		}
-	}
-	return buf, nil
-}
 
 // Stats are a gateway's counters.
 type Stats struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 )
 
 // MaxBuffer is the default of ZooKeeper's jute.maxbuffer, 0xfffff bytes (1
@@ -34,32 +35,60 @@ var ErrFrameTooLarge = errors.New("zookeeper protocol: frame too large")
 // The frame is read into buf if it fits buf's capacity, and into a new
 // slice otherwise; either way the caller owns the result, which is valid
 // until the caller reuses buf. Pass buf[:0] of a buffer of MaxPacket bytes
-// to read every frame without allocating.
+// to read every frame without allocating. A new slice grows with what
+// arrives, not with the length announced: a peer that announces a
+// megabyte and sends a byte makes the reader hold a few KiB (at most
+// twice what arrived, or frameChunk).
 //
 // At a clean end of stream, before a frame's first byte, ReadFrame returns
 // io.EOF itself; a stream that ends inside a frame gives
 // io.ErrUnexpectedEOF. Other errors are r's.
 func ReadFrame(r io.Reader, buf []byte) ([]byte, error) {
+	return ReadFrameLimit(r, buf, MaxPacket)
+}
+
+// ReadFrameLimit is ReadFrame with frames of at most limit bytes (at most
+// MaxPacket).
+func ReadFrameLimit(r io.Reader, buf []byte, limit int) ([]byte, error) {
 	var prefix [4]byte
 	if _, err := io.ReadFull(r, prefix[:]); err != nil {
 		return nil, err
 	}
-	n := int32(binary.BigEndian.Uint32(prefix[:]))
-	if n < 0 || n > MaxPacket {
-		return nil, fmt.Errorf("%w: length %d, at most %d", ErrFrameTooLarge, n, MaxPacket)
+	n := int(int32(binary.BigEndian.Uint32(prefix[:])))
+	limit = min(limit, MaxPacket)
+	if n < 0 || n > limit {
+		return nil, fmt.Errorf("%w: length %d, at most %d", ErrFrameTooLarge, n, limit)
 	}
-	if cap(buf) < int(n) {
-		buf = make([]byte, n)
-	}
-	buf = buf[:n]
-	if _, err := io.ReadFull(r, buf); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
+	if cap(buf) >= n {
+		buf = buf[:n]
+		if _, err := io.ReadFull(r, buf); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
 		}
-		return nil, err
+		return buf, nil
+	}
+	buf = make([]byte, 0, min(n, frameChunk))
+	for len(buf) < n {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, min(len(buf), n-len(buf)))
+		}
+		m, err := r.Read(buf[len(buf):min(cap(buf), n)])
+		buf = buf[:len(buf)+m]
+		if err != nil && len(buf) < n {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
 	}
 	return buf, nil
 }
+
+// frameChunk is the first allocation for a frame that does not fit the
+// caller's buffer; it then doubles as the bytes arrive.
+const frameChunk = 4 << 10
 
 // AppendFrame appends to b one frame holding the encodings of recs, one
 // after the other: a reply header and its body, or a ConnectResponse

@@ -2,6 +2,7 @@ package proto
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"io"
@@ -641,6 +642,32 @@ func TestReadFrame(t *testing.T) {
 	max := append(be32(MaxPacket), make([]byte, MaxPacket)...)
 	if got, err := ReadFrame(bytes.NewReader(max), nil); err != nil || len(got) != MaxPacket {
 		t.Errorf("a frame of MaxPacket: %d bytes, %v", len(got), err)
+	}
+}
+
+// TestReadFrameLimit: a frame over the limit is refused from its length
+// alone, and a frame announced long but cut short holds a buffer sized
+// by what arrived, not by what was announced.
+func TestReadFrameLimit(t *testing.T) {
+	f, _ := AppendFrame(nil, &GetDataResponse{Data: make([]byte, 100)})
+	if _, err := ReadFrameLimit(bytes.NewReader(f), nil, 50); !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("a 100-byte frame under a limit of 50: %v, want ErrFrameTooLarge", err)
+	}
+	if got, err := ReadFrameLimit(bytes.NewReader(f), nil, len(f)); err != nil || !bytes.Equal(got, f[4:]) {
+		t.Fatalf("a frame within the limit: %x, %v", got, err)
+	}
+	announced := binary.BigEndian.AppendUint32(nil, MaxPacket)
+	if _, err := ReadFrame(bytes.NewReader(append(announced, 1)), nil); err != io.ErrUnexpectedEOF {
+		t.Fatalf("a frame cut after one byte: %v, want io.ErrUnexpectedEOF", err)
+	}
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	for range 10 {
+		ReadFrame(bytes.NewReader(append(announced, 1)), nil)
+	}
+	runtime.ReadMemStats(&ms1)
+	if grew := ms1.TotalAlloc - ms0.TotalAlloc; grew > 10*(2*frameChunk+64) {
+		t.Errorf("10 frames announcing %d bytes and sending one allocated %d bytes", MaxPacket, grew)
 	}
 }
 
