@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -318,6 +319,85 @@ func TestStripped(t *testing.T) {
 	bad.Clients = append(bad.Clients, c.Clients[0])
 	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "client 0: holds the client's keys") {
 		t.Errorf("Validate of a client file with another client's keys: %v", err)
+	}
+}
+
+// TestForClients: a party that speaks for several clients (a gateway)
+// keeps their keys and nothing else, and cannot act as a replica or as a
+// client it does not hold.
+func TestForClients(t *testing.T) {
+	c := generate(t, 4, 6)
+	g, err := c.ForClients([]bft.ClientID{4, 2, 3, 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []bft.ClientID{2, 3, 4}; !slices.Equal(g.Holder.Clients, want) {
+		t.Fatalf("holder clients %v, want %v", g.Holder.Clients, want)
+	}
+	if got := g.Holder.String(); got != "the holder of clients 2-4" {
+		t.Errorf("holder %q", got)
+	}
+	path := filepath.Join(t.TempDir(), "gateway.json")
+	if err := g.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	g, err = Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range g.Replicas {
+		if len(r.PrivateKey) != 0 || len(r.MACKeys) != 0 {
+			t.Errorf("replica %d's secrets in a gateway's file", r.ID)
+		}
+	}
+	if len(g.Clients) != 3 {
+		t.Errorf("%d clients in the file, want the 3 held", len(g.Clients))
+	}
+	for _, id := range []bft.ClientID{2, 3, 4} {
+		if _, err := NewClientAuth(g, id); err != nil {
+			t.Errorf("client %d from the gateway's file: %v", id, err)
+		}
+		if _, err := g.ForClient(id); err != nil {
+			t.Errorf("ForClient(%d) of the gateway's file: %v", id, err)
+		}
+	}
+	if _, err := NewClientAuth(g, 1); err == nil {
+		t.Error("a gateway's file acts as a client it does not hold")
+	}
+	for r := range 4 {
+		if _, err := NewReplicaAuth(g, bft.ReplicaID(r)); err == nil {
+			t.Errorf("a gateway's file acts as replica %d", r)
+		}
+		if _, err := g.ForReplica(bft.ReplicaID(r)); err == nil {
+			t.Errorf("ForReplica(%d) of a gateway's file succeeded", r)
+		}
+	}
+	if _, err := g.ForClients([]bft.ClientID{4, 5}); err == nil {
+		t.Error("ForClients of a client the gateway does not hold succeeded")
+	}
+	// A replica's file cannot make a gateway's: it holds only its own
+	// key with each client.
+	r1, _ := c.ForReplica(1)
+	if _, err := r1.ForClients([]bft.ClientID{0}); err == nil {
+		t.Error("ForClients of a replica's file succeeded")
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*Cluster)
+		want   string
+	}{
+		{"another client's keys", func(b *Cluster) { b.Clients = append(b.Clients, c.Clients[5]) }, "client 5: holds the client's keys, but the configuration is the holder of clients 2-4's"},
+		{"a replica's key", func(b *Cluster) { b.Replicas[0].PrivateKey = bytes.Clone(c.Replicas[0].PrivateKey) }, "replica 0: holds the replica's secret keys"},
+		{"a held client missing", func(b *Cluster) { b.Clients = b.Clients[1:] }, "holder: 1 of its 3 clients are not in the configuration"},
+		{"clients out of order", func(b *Cluster) { b.Holder.Clients = []bft.ClientID{3, 2, 4} }, "holder: clients out of order"},
+		{"a client named twice", func(b *Cluster) { b.Holder.Clients = []bft.ClientID{2, 3, 3, 4} }, "holder: a client named twice"},
+		{"clients and one party", func(b *Cluster) { b.Holder.ID = 1 }, "holder: names clients and one party too"},
+	} {
+		b, _ := c.ForClients([]bft.ClientID{2, 3, 4})
+		tc.change(b)
+		if err := b.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Validate: %v, want %q", tc.name, err, tc.want)
+		}
 	}
 }
 

@@ -26,9 +26,11 @@
 // administrator's hands, but in a real deployment no machine should hold
 // another's secrets: give each replica the file ForReplica makes for it,
 // and each client the one ForClient makes; they keep every address and
-// public key and only their holder's secrets. Load accepts those
-// stripped files (the Holder field says whose secrets a file holds) and
-// checks that they hold exactly their holder's secrets.
+// public key and only their holder's secrets. A party that speaks for
+// several clients (a gateway of the coordination service) keeps the file
+// ForClients makes for it: those clients' keys and nothing else. Load
+// accepts those stripped files (the Holder field says whose secrets a
+// file holds) and checks that they hold exactly their holder's secrets.
 package auth
 
 import (
@@ -38,11 +40,13 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"github.com/rubin-go/rubin/bft"
@@ -93,21 +97,48 @@ type Client struct {
 }
 
 // Holder names the one party whose secrets a stripped configuration
-// holds.
+// holds: a replica, a client, or a party holding several clients' keys.
 type Holder struct {
 	Client bool   `json:"client,omitempty"` // ID is a ClientID, not a ReplicaID
 	ID     uint64 `json:"id"`
+	// Clients, if not empty, makes the holder a party with these
+	// clients' keys, in increasing order (ForClients); Client and ID are
+	// unset then.
+	Clients []bft.ClientID `json:"clients,omitempty"`
 }
 
 func (h *Holder) String() string {
 	switch {
 	case h == nil:
 		return "the dealer"
+	case len(h.Clients) > 0:
+		first, last := h.Clients[0], h.Clients[len(h.Clients)-1]
+		if uint64(last-first) == uint64(len(h.Clients)-1) {
+			return fmt.Sprintf("the holder of clients %d-%d", first, last)
+		}
+		return fmt.Sprintf("the holder of %d clients from %d to %d", len(h.Clients), first, last)
 	case h.Client:
 		return fmt.Sprintf("client %d", h.ID)
 	default:
 		return fmt.Sprintf("replica %d", h.ID)
 	}
+}
+
+// forClients reports whether the holder is a client or holds clients'
+// keys, rather than a replica or the dealer.
+func (h *Holder) forClients() bool { return h != nil && (h.Client || len(h.Clients) > 0) }
+
+// holdsClient reports whether the holder is, or holds the keys of,
+// client id.
+func (h *Holder) holdsClient(id bft.ClientID) bool {
+	if h == nil {
+		return true
+	}
+	if h.Client {
+		return h.ID == uint64(id)
+	}
+	_, found := slices.BinarySearch(h.Clients, id)
+	return found
 }
 
 // N returns the number of replicas.
@@ -273,7 +304,7 @@ func (c *Cluster) SaveEach(dir string) error {
 // holdsReplica reports whether the configuration must hold replica i's
 // secrets.
 func (c *Cluster) holdsReplica(i int) bool {
-	return c.Holder == nil || !c.Holder.Client && c.Holder.ID == uint64(i)
+	return c.Holder == nil || !c.Holder.forClients() && c.Holder.ID == uint64(i)
 }
 
 // Validate checks the configuration: n = 3F+1 replicas with IDs equal to
@@ -288,8 +319,17 @@ func (c *Cluster) Validate() error {
 	if n != 3*c.F+1 {
 		return fmt.Errorf("%d replicas: want 3f+1 = %d for f = %d", n, 3*c.F+1, c.F)
 	}
-	if h := c.Holder; h != nil && !h.Client && h.ID >= uint64(n) {
-		return fmt.Errorf("holder: no replica %d", h.ID)
+	if h := c.Holder; h != nil {
+		switch {
+		case len(h.Clients) > 0 && (h.Client || h.ID != 0):
+			return errors.New("holder: names clients and one party too")
+		case len(h.Clients) > 0 && !slices.IsSorted(h.Clients):
+			return errors.New("holder: clients out of order")
+		case len(h.Clients) > 0 && len(slices.Compact(slices.Clone(h.Clients))) != len(h.Clients):
+			return errors.New("holder: a client named twice")
+		case !h.forClients() && h.ID >= uint64(n):
+			return fmt.Errorf("holder: no replica %d", h.ID)
+		}
 	}
 	addrs := make(map[string]int, n)
 	for i := range c.Replicas {
@@ -346,29 +386,29 @@ func (c *Cluster) Validate() error {
 		}
 	}
 	ids := make(map[bft.ClientID]bool, len(c.Clients))
-	heldClient := false
+	heldClients := 0
+	h := c.Holder
 	for i := range c.Clients {
 		cl := &c.Clients[i]
 		if ids[cl.ID] {
 			return fmt.Errorf("client %d: duplicate ID", cl.ID)
 		}
 		ids[cl.ID] = true
-		h := c.Holder
 		switch {
-		case h != nil && h.Client && h.ID != uint64(cl.ID):
+		case h.forClients() && !h.holdsClient(cl.ID):
 			// Another client's file: no key of this client.
 			if len(cl.Keys) != 0 {
 				return fmt.Errorf("client %d: holds the client's keys, but the configuration is %s's", cl.ID, h)
 			}
 			continue
-		case h != nil && h.Client:
-			heldClient = true
+		case h.forClients():
+			heldClients++
 		}
 		if len(cl.Keys) != n {
 			return fmt.Errorf("client %d: %d keys, want one per replica (%d)", cl.ID, len(cl.Keys), n)
 		}
 		for r, k := range cl.Keys {
-			if c.holdsReplica(r) || h != nil && h.Client {
+			if c.holdsReplica(r) || h.forClients() {
 				if len(k) != KeySize {
 					return fmt.Errorf("client %d: key for replica %d: %d bytes, want %d", cl.ID, r, len(k), KeySize)
 				}
@@ -377,8 +417,11 @@ func (c *Cluster) Validate() error {
 			}
 		}
 	}
-	if h := c.Holder; h != nil && h.Client && !heldClient {
+	switch {
+	case h != nil && h.Client && heldClients == 0:
 		return fmt.Errorf("holder: no client %d", h.ID)
+	case h != nil && len(h.Clients) > heldClients:
+		return fmt.Errorf("holder: %d of its %d clients are not in the configuration", len(h.Clients)-heldClients, len(h.Clients))
 	}
 	return nil
 }
@@ -434,19 +477,35 @@ func (c *Cluster) ForReplica(id bft.ReplicaID) (*Cluster, error) {
 // left out. c must hold the client's keys: be the dealer's or the
 // client's own.
 func (c *Cluster) ForClient(id bft.ClientID) (*Cluster, error) {
-	if h := c.Holder; h != nil && !(h.Client && h.ID == uint64(id)) {
-		return nil, fmt.Errorf("auth: client %d's keys are not in %s's configuration", id, h)
+	s, err := c.ForClients([]bft.ClientID{id})
+	if err != nil {
+		return nil, err
 	}
-	cl := c.client(id)
-	if cl == nil {
-		return nil, fmt.Errorf("auth: no client %d", id)
+	s.Holder = &Holder{Client: true, ID: uint64(id)}
+	return s, nil
+}
+
+// ForClients returns a copy of c for a party that speaks for the clients
+// ids (a gateway): every replica's address and public key, and only those
+// clients' keys. Other clients are left out. c must hold those keys: be
+// the dealer's configuration or hold them all.
+func (c *Cluster) ForClients(ids []bft.ClientID) (*Cluster, error) {
+	if len(ids) == 0 {
+		return nil, errors.New("auth: for clients: no client named")
 	}
-	return &Cluster{
-		F:        c.F,
-		Replicas: c.publicReplicas(),
-		Clients:  []Client{{ID: id, Keys: cloneKeys(cl.Keys)}},
-		Holder:   &Holder{Client: true, ID: uint64(id)},
-	}, nil
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	s := &Cluster{F: c.F, Replicas: c.publicReplicas(), Holder: &Holder{Clients: ids}}
+	for _, id := range ids {
+		if !c.Holder.holdsClient(id) {
+			return nil, fmt.Errorf("auth: client %d's keys are not in %s's configuration", id, c.Holder)
+		}
+		cl := c.client(id)
+		if cl == nil {
+			return nil, fmt.Errorf("auth: no client %d", id)
+		}
+		s.Clients = append(s.Clients, Client{ID: id, Keys: cloneKeys(cl.Keys)})
+	}
+	return s, nil
 }
 
 func (c *Cluster) client(id bft.ClientID) *Client {

@@ -81,25 +81,58 @@ func announced(t *testing.T, out *syncBuffer) string {
 	return ""
 }
 
-// freePorts gives the replicas of a cluster file loopback ports that were
-// free a moment ago.
-func freePorts(t *testing.T, file string) {
+// freePorts gives the replicas of a cluster's files loopback ports that
+// were free a moment ago, the same in every file.
+func freePorts(t *testing.T, files ...string) {
 	t.Helper()
-	c, err := auth.Load(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range c.Replicas {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var addrs []string
+	for _, file := range files {
+		c, err := auth.Load(file)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.Replicas[i].Addr = ln.Addr().String()
-		ln.Close()
+		for len(addrs) < len(c.Replicas) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addrs = append(addrs, ln.Addr().String())
+			ln.Close()
+		}
+		for i := range c.Replicas {
+			c.Replicas[i].Addr = addrs[i]
+		}
+		if err := c.Save(file); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := c.Save(file); err != nil {
-		t.Fatal(err)
+}
+
+// inProcess returns a function that runs a coord command in this process
+// and returns its standard output, and one that stops every command it
+// started (at the latest when the test ends): each must then exit with
+// status 0.
+func inProcess(t *testing.T) (start func(args ...string) *syncBuffer, stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	stop = func() {
+		cancel()
+		wg.Wait()
 	}
+	t.Cleanup(stop)
+	start = func(args ...string) *syncBuffer {
+		out := new(syncBuffer)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var stderr syncBuffer
+			if code := run(ctx, args, out, &stderr); code != exitOK {
+				t.Errorf("coord %s: exit status %d\n%s", strings.Join(args, " "), code, stderr.String())
+			}
+		}()
+		return out
+	}
+	return start, stop
 }
 
 // TestCommands runs keygen, four replicas and a gateway as the commands,
@@ -119,22 +152,7 @@ func TestCommands(t *testing.T) {
 	}
 	freePorts(t, file)
 
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-	start := func(args ...string) *syncBuffer {
-		out := new(syncBuffer)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var stderr syncBuffer
-			if code := run(ctx, args, out, &stderr); code != exitOK {
-				t.Errorf("coord %s: exit status %d\n%s", strings.Join(args, " "), code, stderr.String())
-			}
-		}()
-		return out
-	}
+	start, stop := inProcess(t)
 	for i := range c.Replicas {
 		start("replica", "-id", strconv.Itoa(i), "-cluster", file, "-data-dir", filepath.Join(dir, "r"+strconv.Itoa(i)), "-transport", "tcp")
 	}
@@ -176,8 +194,7 @@ func TestCommands(t *testing.T) {
 	// The gateway writes its CPU profile when it stops: a gzipped
 	// protocol buffer.
 	zc.Close()
-	cancel()
-	wg.Wait()
+	stop()
 	f, err := os.Open(prof)
 	if err != nil {
 		t.Fatal(err)

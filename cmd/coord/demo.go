@@ -98,12 +98,18 @@ func demo(ctx context.Context, d demoConfig, stdout, stderr io.Writer) error {
 		}
 		c.Replicas[i].Addr = listeners[i].Addr().String()
 	}
+	// Every party gets only its own secrets, as coord keygen -split
+	// deploys a cluster.
 	for i := range replicas {
 		app := coord.New(coord.Config{Clients: clientIDs(c)})
-		r, err := node.NewReplica(node.ReplicaConfig{
-			Cluster: c, ID: bft.ReplicaID(i), Network: d.network, App: app, Core: coreConfig(),
-			Listener: listeners[i], Logger: logger,
-		})
+		var r *node.Replica
+		own, err := c.ForReplica(bft.ReplicaID(i))
+		if err == nil {
+			r, err = node.NewReplica(node.ReplicaConfig{
+				Cluster: own, ID: bft.ReplicaID(i), Network: d.network, App: app, Core: coreConfig(),
+				Listener: listeners[i], Logger: logger,
+			})
+		}
 		if err != nil {
 			for _, ln := range listeners[i:] {
 				ln.Close()
@@ -120,7 +126,11 @@ func demo(ctx context.Context, d demoConfig, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	client, gw, err := newGateway(ctx, node.ClientConfig{Cluster: c, IDs: ids, Network: d.network, Logger: logger}, gateway.Config{}, claimLapse)
+	own, err := c.ForClients(ids)
+	if err != nil {
+		return err
+	}
+	client, gw, err := newGateway(ctx, node.ClientConfig{Cluster: own, IDs: ids, Network: d.network, Logger: logger}, gateway.Config{}, claimLapse)
 	if err != nil {
 		return err
 	}

@@ -46,6 +46,9 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	if h := c.Holder; h != nil && !h.Client && len(h.Clients) == 0 {
+		return fmt.Errorf("%w: %s is %s's file: a gateway needs the cluster file or its own gateway file (coord keygen -split)", errUsage, cf.path, h)
+	}
 	if ids, err = gatewayIDs(cf.path, ids, which); err != nil {
 		return err
 	}

@@ -126,35 +126,64 @@ func TestGatewaysShareIdentitiesOut(t *testing.T) {
 		t.Fatalf("a gateway without -gateway: exit status %d\n%s", code, stderr)
 	}
 	freePorts(t, file)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-	start := func(args ...string) *syncBuffer {
-		out := new(syncBuffer)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var stderr syncBuffer
-			if code := run(ctx, args, out, &stderr); code != exitOK {
-				t.Errorf("coord %s: exit status %d\n%s", strings.Join(args, " "), code, stderr.String())
-			}
-		}()
-		return out
-	}
+	start, _ := inProcess(t)
 	for i := range 4 {
 		start("replica", "-id", strconv.Itoa(i), "-cluster", file)
 	}
 	for i := range 2 {
 		addr := announced(t, start("gateway", "-cluster", file, "-listen", "127.0.0.1:0", "-gateway", strconv.Itoa(i)))
-		zc, _, err := zk.Connect([]string{addr}, 10*time.Second, zk.WithLogger(quietLogger{}))
-		if err != nil {
-			t.Fatal(err)
+		createThrough(t, addr, "/g"+strconv.Itoa(i))
+	}
+}
+
+// TestSplitSecrets deploys a cluster as docs/coord.md does: keygen -split
+// gives every replica and every gateway a file of its own with only its
+// secrets. Each party runs from its own file; a replica's file cannot act
+// as another replica or as a gateway, and a gateway's cannot act as a
+// replica or take another gateway's identities.
+func TestSplitSecrets(t *testing.T) {
+	dir := t.TempDir()
+	parties := filepath.Join(dir, "parties")
+	code, stdout, stderr := runCmd(t, "keygen", "-clients", "8", "-gateways", "2", "-out", filepath.Join(dir, "cluster.json"), "-split", parties)
+	if code != exitOK || !strings.Contains(stdout, "gateway-1.json") {
+		t.Fatalf("keygen: %d\n%s%s", code, stdout, stderr)
+	}
+	file := func(name string) string { return filepath.Join(parties, name+".json") }
+	freePorts(t, file("replica-0"), file("replica-1"), file("replica-2"), file("replica-3"), file("gateway-0"), file("gateway-1"))
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"replica", "-id", "2", "-cluster", file("replica-1")}, "replica 2's secrets are not in replica 1's configuration"},
+		{[]string{"replica", "-id", "0", "-cluster", file("gateway-0")}, "replica 0's secrets are not in the holder of clients 0-3's configuration"},
+		{[]string{"gateway", "-cluster", file("replica-1"), "-listen", "127.0.0.1:0"}, "is replica 1's file"},
+		{[]string{"gateway", "-cluster", file("gateway-1"), "-ids", "0-3", "-listen", "127.0.0.1:0"}, "the cluster file has 0 of those clients"},
+	} {
+		if code, _, stderr := runCmd(t, tc.args...); code == exitOK || !strings.Contains(stderr, tc.want) {
+			t.Errorf("coord %s: exit status %d, want an error saying %q\n%s", strings.Join(tc.args, " "), code, tc.want, stderr)
 		}
-		defer zc.Close()
-		if err := createWithin(zc, "/g"+strconv.Itoa(i), 10*time.Second); err != nil {
-			t.Fatalf("through gateway %d: %v", i, err)
-		}
+	}
+
+	start, _ := inProcess(t)
+	for i := range 4 {
+		start("replica", "-id", strconv.Itoa(i), "-cluster", file("replica-"+strconv.Itoa(i)))
+	}
+	for i := range 2 {
+		addr := announced(t, start("gateway", "-cluster", file("gateway-"+strconv.Itoa(i)), "-listen", "127.0.0.1:0"))
+		createThrough(t, addr, "/g"+strconv.Itoa(i))
+	}
+}
+
+// createThrough creates a znode through the gateway at addr, within 10 s.
+func createThrough(t *testing.T, addr, path string) {
+	t.Helper()
+	zc, _, err := zk.Connect([]string{addr}, 10*time.Second, zk.WithLogger(quietLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zc.Close()
+	if err := createWithin(zc, path, 10*time.Second); err != nil {
+		t.Fatalf("create %s through %s: %v", path, addr, err)
 	}
 }
 

@@ -4,7 +4,7 @@
 //
 // Usage:
 //
-//	coord keygen -n 4 -base-port 7100 -out cluster.json [-clients 64] [-gateways 1] [-host 127.0.0.1]
+//	coord keygen -n 4 -base-port 7100 -out cluster.json [-clients 64] [-gateways 1] [-host 127.0.0.1 | -addrs H:P,...] [-split DIR]
 //	coord replica -id I -cluster cluster.json [-data-dir DIR] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
 //	coord gateway -cluster cluster.json -listen HOST:PORT [-gateway I | -ids FIRST-LAST] [-claim-wait D] [-max-client-cnxns 60] [-max-conns 1024] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
 //	coord demo [-transport tcp|rdma] [-clients C] [-rounds R]
@@ -12,7 +12,10 @@
 // keygen writes a cluster file as bft keygen does: every replica's
 // address and keys, and the keys of the client identities gateways use.
 // Beside it, in CLUSTER.gateways.json, it shares the identities out among
-// -gateways gateways, each its own range.
+// -gateways gateways, each its own range. With -split DIR it also writes
+// one file per party holding only its secrets, for a cluster across
+// machines: DIR/replica-I.json for replica I and DIR/gateway-G.json for
+// gateway G, which runs from it without -gateway.
 //
 // replica runs replica I of the cluster until interrupted; once it listens
 // it prints "replica I listening on ADDR". With -data-dir it persists its
@@ -79,7 +82,7 @@ const (
 )
 
 const usageText = `usage:
-  coord keygen -n 4 -base-port 7100 -out cluster.json [-clients 64] [-gateways 1] [-host 127.0.0.1]
+  coord keygen -n 4 -base-port 7100 -out cluster.json [-clients 64] [-gateways 1] [-host 127.0.0.1 | -addrs H:P,...] [-split DIR]
   coord replica -id I -cluster cluster.json [-data-dir DIR] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
   coord gateway -cluster cluster.json -listen HOST:PORT [-gateway I | -ids FIRST-LAST] [-claim-wait D] [-max-client-cnxns 60] [-max-conns 1024] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
   coord demo [-transport tcp|rdma] [-clients C] [-rounds R]
