@@ -216,9 +216,14 @@ func TestExpiryAtAgreedTime(t *testing.T) {
 	b := h.connect(0, "b", 4000)
 	h.do(a.Session, 1, proto.OpCreate, &proto.CreateRequest{Path: "/e", ACL: proto.OpenACL, Flags: proto.ModeEphemeral})
 	h.do(b.Session, 1, proto.OpExists, &proto.ExistsRequest{Path: "/e", Watch: true})
-	// b is renewed by polls, a is not; 4s of agreed time later a is gone.
+	// b is renewed by polls, a is not; its timeout and the grace for a
+	// lying primary's clock (2*Config.ClockSkew, 4s) of agreed time later
+	// a is gone.
 	var got []byte
-	for range 5 {
+	for i := range 8 {
+		if _, ok := h.apps[0].Tree().Session(a.Session); !ok {
+			t.Fatalf("a expired after %ds", i)
+		}
 		h.advance(time.Second)
 		rs := h.poll(b.Session)
 		if rs[0].Status != coord.StatusOK {
@@ -228,7 +233,7 @@ func TestExpiryAtAgreedTime(t *testing.T) {
 	}
 	rs := h.poll(a.Session, b.Session)
 	if rs[0].Status != coord.StatusExpired {
-		t.Fatalf("a after its timeout: %v", rs[0].Status)
+		t.Fatalf("a after its timeout and grace: %v", rs[0].Status)
 	}
 	got = append(got, rs[1].Frames...)
 	if fs := frames(t, got, 0); len(fs) != 1 || *fs[0].ev != (proto.WatcherEvent{Type: proto.EventNodeDeleted, State: proto.StateSyncConnected, Path: "/e"}) {
@@ -264,20 +269,56 @@ func TestOutageIsNotCounted(t *testing.T) {
 		t.Fatalf("after an outage of 10s: %v, %v", rs[0].Status, rs[1].Status)
 	}
 	// dead was renewed by that poll; live is, every heartbeat, and dead is
-	// not: it expires its timeout later.
-	for i := range 3 {
+	// not: it expires its timeout and the grace for a lying primary's
+	// clock (2*Config.ClockSkew) later.
+	for i := range 7 {
 		h.advance(time.Second)
 		if rs := h.poll(live); rs[0].Status != coord.StatusOK {
 			t.Fatalf("live after %ds: %v", i+1, rs[0].Status)
 		}
 	}
 	if _, ok := h.apps[1].Tree().Session(dead); !ok {
-		t.Fatal("dead expired before its timeout")
+		t.Fatal("dead expired before its timeout and grace")
 	}
 	h.advance(time.Second)
 	h.poll(live)
 	if rs := h.poll(dead); rs[0].Status != coord.StatusExpired {
-		t.Fatalf("dead 4s after its last renewal: %v", rs[0].Status)
+		t.Fatalf("dead 8s after its last renewal: %v", rs[0].Status)
+	}
+}
+
+// TestLyingPrimaryCannotKeepADeadSessionAlive has a lying primary date
+// ops so that the agreed time stands still until it is 1.9s behind the
+// real time, then jumps to 1.9s ahead: every jump looks like an outage
+// (Config.Outage), which the sessions' deadlines must not be moved by
+// in full, or a session nobody renews would never expire. An op runs
+// every 100ms of real time, a live session renewed by each; the dead
+// one must expire within its timeout and four times the clock skew
+// (2s) of real time, with the live one open.
+func TestLyingPrimaryCannotKeepADeadSessionAlive(t *testing.T) {
+	h := newHarness(t, 1)
+	live := h.connect(0, "live", 4000).Session
+	dead := h.connect(0, "dead", 4000).Session
+	const skew = 1900 * time.Millisecond
+	start := h.now
+	now := start // the real time
+	for {
+		now = now.Add(100 * time.Millisecond)
+		if !h.now.After(now.Add(-skew)) {
+			h.now = now.Add(skew)
+		}
+		if rs := h.poll(live); rs[0].Status != coord.StatusOK {
+			t.Fatalf("live after %v: %v", now.Sub(start), rs[0].Status)
+		}
+		if _, ok := h.apps[0].Tree().Session(dead); !ok {
+			break
+		}
+		if now.Sub(start) > time.Minute {
+			t.Fatal("dead still open after a minute")
+		}
+	}
+	if d := now.Sub(start); d > 4*time.Second+4*2*time.Second {
+		t.Fatalf("dead expired after %v", d)
 	}
 }
 

@@ -39,8 +39,11 @@
 // (bft.ExecContext.Time), never from a replica's clock; before each op the
 // App ends the sessions whose deadline that time passed (see
 // Config.ExpireInterval) and sweeps empty containers and expired TTL
-// nodes. A gap between two ops longer than Config.Outage is taken for an
-// outage and added to every session's deadline.
+// nodes. A session expires 2*Config.ClockSkew after its timeout ran out
+// in agreed time, since a lying primary may date its renewal ClockSkew
+// early and a later op ClockSkew late; a gap between two ops longer than
+// Config.Outage is taken for an outage, and what of it a lying primary
+// cannot have made up is added to every session's deadline.
 //
 // # Watch events
 //

@@ -37,7 +37,10 @@ type testCluster struct {
 	// replica's.
 	wrap func(i int, app *coord.App) bft.App
 	// dirs, if set, are the replicas' data directories: durable replicas.
-	dirs    []string
+	dirs []string
+	// clocks, if set, are the replicas' clocks (bft.Config.Clock); a nil
+	// one is the real clock.
+	clocks  []func() time.Time
 	cancels []context.CancelFunc
 	errs    []chan error
 	client  *node.Client
@@ -61,7 +64,7 @@ func newClusterWith(t *testing.T, wrap func(i int, app *coord.App) bft.App, dirs
 // newClusterOver is newClusterWith with the replicas on host, reached over
 // network ("tcp" or "rdma"), by each other and by the gateway's bft
 // client.
-func newClusterOver(t *testing.T, network, host string, wrap func(i int, app *coord.App) bft.App, dirs []string) *testCluster {
+func newClusterOver(t *testing.T, network, host string, wrap func(i int, app *coord.App) bft.App, dirs []string, opts ...func(*testCluster)) *testCluster {
 	t.Helper()
 	const n, identities = 4, 32
 	cl, err := auth.Generate(n, identities, host, 1, nil)
@@ -69,6 +72,9 @@ func newClusterOver(t *testing.T, network, host string, wrap func(i int, app *co
 		t.Fatal(err)
 	}
 	tc := &testCluster{t: t, network: network, cl: cl, wrap: wrap, dirs: dirs, reps: make([]*node.Replica, n), apps: make([]*coord.App, n), cancels: make([]context.CancelFunc, n), errs: make([]chan error, n)}
+	for _, o := range opts {
+		o(tc)
+	}
 	lns := make([]net.Listener, n)
 	for i := range lns {
 		if lns[i], err = rubin.Listen(network, net.JoinHostPort(host, "0")); err != nil {
@@ -126,10 +132,14 @@ func (tc *testCluster) startReplica(i int, ln net.Listener) {
 	if tc.wrap != nil {
 		face = tc.wrap(i, app)
 	}
+	var clock func() time.Time
+	if i < len(tc.clocks) {
+		clock = tc.clocks[i]
+	}
 	r, err := node.NewReplica(node.ReplicaConfig{
 		Cluster: tc.cl, ID: bft.ReplicaID(i), Network: tc.network, Listener: ln, Tick: testTick,
 		App: face, DataDir: tc.dataDir(i),
-		Core: bft.Config{CheckpointInterval: 16, WatermarkWindow: 64, RequestTicks: 50, ViewChangeTicks: 50, FetchTicks: 10,
+		Core: bft.Config{Clock: clock, CheckpointInterval: 16, WatermarkWindow: 64, RequestTicks: 50, ViewChangeTicks: 50, FetchTicks: 10,
 			MaxOpSize: coord.MaxOpSize, MaxBatchBytes: 2 * coord.MaxOpSize},
 		RedialMin: 5 * time.Millisecond, RedialMax: 100 * time.Millisecond,
 	})

@@ -56,8 +56,8 @@
 // events and replies reach the client in the replicas' order. While it
 // serves sessions the gateway has an op ordered at least every second, a
 // poll of no session if nothing else, so that a longer gap in agreed time
-// is an outage the replicas do not count against sessions
-// (coord.Config.Outage).
+// is an outage, which the replicas count against sessions only as far as
+// a lying primary could have made it up (coord.Config.Outage).
 //
 // A gateway that uses cluster identities (Config.Notified or
 // Config.Identities) claims them and its ID on the replicas when it

@@ -411,7 +411,7 @@ const maxPoll = 4096
 // op ordered: a poll of no session when it has nothing else to order.
 // The gaps in agreed time then stay well under coord.Config.Outage (by
 // default half the shortest session timeout, 2s), and a longer gap is an
-// outage that no session's deadline counts.
+// outage, which sessions' deadlines count only in part.
 const heartbeat = time.Second
 
 // order has op ordered by the replicas.

@@ -38,7 +38,7 @@ type SessionInfo struct {
 	ID       int64
 	Password []byte
 	Timeout  int32      // negotiated, in milliseconds
-	Deadline int64      // the agreed time it expires at unless touched
+	Deadline int64      // the agreed time it expires at unless touched (Config.ExpiryGrace included)
 	Auth     []proto.ID // identities added by AddAuth, in order
 }
 
@@ -46,7 +46,8 @@ type SessionInfo struct {
 // timeout (milliseconds) the client asks for, clamped into the
 // configured bounds as ZooKeeper negotiates it, and returns the
 // negotiated timeout. The session expires at w.Time plus that timeout
-// unless touched. Past Config.MaxSessions it fails with CodeThrottled.
+// and Config.ExpiryGrace unless touched. Past Config.MaxSessions it
+// fails with CodeThrottled.
 func (t *Tree) CreateSession(w Write, passwd []byte, timeout int32) (int32, error) {
 	if w.Zxid <= t.lastZxid {
 		return 0, ErrZxid
@@ -64,7 +65,7 @@ func (t *Tree) CreateSession(w Write, passwd []byte, timeout int32) (int32, erro
 		id:         w.Session,
 		passwd:     slices.Clone(passwd),
 		timeout:    timeout,
-		deadline:   w.Time + int64(timeout),
+		deadline:   t.deadline(w.Time, timeout),
 		ephemerals: map[string]struct{}{},
 		watches:    map[string]watchBits{},
 	}
@@ -85,14 +86,20 @@ func (t *Tree) Session(id int64) (SessionInfo, bool) {
 func (t *Tree) Sessions() []int64 { return slices.Sorted(maps.Keys(t.sessions)) }
 
 // Touch renews a session at agreed time now, as any request or ping from
-// its client does: it then expires at now plus its timeout.
+// its client does: it then expires at now plus its timeout and
+// Config.ExpiryGrace.
 func (t *Tree) Touch(session int64, now int64) error {
 	s, err := t.reader(session)
 	if err != nil {
 		return err
 	}
-	s.deadline = now + int64(s.timeout)
+	s.deadline = t.deadline(now, s.timeout)
 	return nil
+}
+
+// deadline is when a session with timeout, touched at now, expires.
+func (t *Tree) deadline(now int64, timeout int32) int64 {
+	return now + int64(timeout) + int64(t.cfg.ExpiryGrace)
 }
 
 // Postpone adds d milliseconds to every session's deadline: agreed time
@@ -112,7 +119,7 @@ func (t *Tree) Reconnect(session int64, passwd []byte, now int64) (int32, error)
 	if s == nil || subtle.ConstantTimeCompare(s.passwd, passwd) != 1 {
 		return 0, proto.CodeSessionExpired
 	}
-	s.deadline = now + int64(s.timeout)
+	s.deadline = t.deadline(now, s.timeout)
 	return s.timeout, nil
 }
 

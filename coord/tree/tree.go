@@ -18,6 +18,12 @@ type Config struct {
 	// negotiates, in milliseconds (2 and 20 ticks: 4000 and 40000).
 	MinSessionTimeout int32
 	MaxSessionTimeout int32
+	// ExpiryGrace is how long, in milliseconds, a session outlives its
+	// timeout: a touch puts its deadline that much past the time plus the
+	// timeout (default 0). The caller adds what the agreed time may be
+	// off by (see coord.Config.ClockSkew); clients are told the timeout
+	// alone.
+	ExpiryGrace int32
 	// MaxDataSize is the most data a znode holds, in bytes (0xfffff, one
 	// byte short of 1 MiB: ZooKeeper's jute.maxbuffer).
 	MaxDataSize int
@@ -72,6 +78,7 @@ func (c Config) withDefaults() Config {
 	if c.MaxAuthBytes <= 0 {
 		c.MaxAuthBytes = 4 << 10
 	}
+	c.ExpiryGrace = max(c.ExpiryGrace, 0)
 	return c
 }
 
