@@ -326,7 +326,9 @@ func TestAuthAndMulti(t *testing.T) {
 	h := newHarness(t, 2)
 	a := h.connect(0, "a", 10000).Session
 	b := h.connect(0, "b", 10000).Session
-	if st, _, r := h.do(a, proto.XidAuth, proto.OpAuth, &proto.AuthPacket{Scheme: "digest", Auth: []byte("alice:pw")}); st != coord.StatusOK || r.hdr.Err != proto.CodeOK {
+	auth := &proto.AuthPacket{Scheme: "digest", Auth: []byte("alice:pw")}
+	coord.SealAuth(auth, "")
+	if st, _, r := h.do(a, proto.XidAuth, proto.OpAuth, auth); st != coord.StatusOK || r.hdr.Err != proto.CodeOK {
 		t.Fatalf("auth: %v %v", st, r.hdr.Err)
 	}
 	acl := []proto.ACL{{Perms: proto.PermAll, ID: proto.ID{Scheme: "digest", ID: tree.Digest("alice:pw")}}}

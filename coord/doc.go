@@ -8,8 +8,10 @@
 // # Ops
 //
 // An op is what a gateway asks for one of its sessions, built with
-// ConnectOp (open a session, or resume one with its password), RequestOp
-// (one ZooKeeper request, its header and body as the client sent them)
+// ConnectOp (open a session, or resume one with its password, of which
+// the op carries only a hash), RequestOp (one ZooKeeper request, its
+// header and body as the client sent them, an auth packet's credentials
+// replaced by SealAuth)
 // or PollOp (renew sessions and collect their watch events); with
 // ClaimOp a gateway claims its number and client identities, so that a
 // second gateway given the same ones learns it (see claim.go). A gateway

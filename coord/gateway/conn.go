@@ -171,11 +171,11 @@ func (c *conn) readLoop() error {
 		if setsWatch(req) {
 			c.watching.Store(true)
 		}
-		if a, ok := req.(*proto.AuthPacket); ok && a.Scheme == "ip" {
-			// The replicas take an ip identity as vouched for: the
-			// gateway vouches for the address the client connects from,
-			// whatever it claims, as ZooKeeper's ip provider does.
-			a.Auth = []byte(remoteHost(c.nc))
+		if a, ok := req.(*proto.AuthPacket); ok {
+			// The replicas get the digest of a password, never the
+			// password, and take an ip identity as vouched for: the
+			// address the client connects from, whatever it claims.
+			coord.SealAuth(a, remoteHost(c.nc))
 			frame = proto.Marshal(proto.Marshal(nil, &hdr), a)
 		}
 		if !c.push(request{hdr: hdr, frame: frame, readOnly: err == nil && coord.ReadOnly(hdr.Type, req)}) {

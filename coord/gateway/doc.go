@@ -23,8 +23,12 @@
 //     time it out (bft.Config.RequestTicks), and a client whose session
 //     timeout is shorter than that may see its connection lost and
 //     reconnect, its session intact.
-//   - It learns everything: the replicas hold every znode, ACL and session
-//     password. Confidentiality against a replica is not offered.
+//   - It learns every znode and ACL: confidentiality of data against a
+//     replica is not offered. It does not learn what would let it act as
+//     a client through a gateway: a session's password reaches the
+//     replicas hashed (coord.ConnectOp), and addauth digest's password as
+//     its digest (coord.SealAuth); a gateway hashes whatever a client
+//     gives, so neither opens a session or an identity to the replica.
 //
 // A client must not connect to a replica directly. A replica does not
 // speak ZooKeeper's protocol, and if it did, a client that trusted one

@@ -53,7 +53,9 @@
 // setACL; exists checks none. Schemes: world:anyone, digest
 // ("user:base64(sha1(user:password))", see Digest), ip, and auth, which
 // stands for the session's digest identities. AddAuth gives a session
-// identities. A session's timeout is negotiated into
+// identities: for digest, the identity Digest made of the client's
+// password, never the password; a session keeps a hash of its password
+// (HashPassword), never the password. A session's timeout is negotiated into
 // [MinSessionTimeout, MaxSessionTimeout].
 //
 // # Watches
