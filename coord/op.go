@@ -27,7 +27,10 @@ const (
 	// session closed (closeSession), the client failed to authenticate,
 	// the session moved to another gateway, or events were lost because
 	// the client did not collect them (the client reconnects and sets its
-	// watches again).
+	// watches again). To a ConnectOp: no session could be opened, the
+	// session table being full (tree.Config.MaxSessions); the gateway
+	// closes the connection unanswered, as ZooKeeper closes one it cannot
+	// take, and the client tries again.
 	StatusClose Status = 1
 	// StatusExpired: the session is gone (expired, closed, or never was,
 	// or the password is wrong); close the connection. A connect that

@@ -18,7 +18,6 @@ import (
 	"github.com/rubin-go/rubin/bft/wire"
 	"github.com/rubin-go/rubin/coord"
 	"github.com/rubin-go/rubin/coord/gateway"
-	"github.com/rubin-go/rubin/coord/tree"
 )
 
 const testTick = 2 * time.Millisecond
@@ -42,14 +41,15 @@ type testCluster struct {
 	// clocks, if set, are the replicas' clocks (bft.Config.Clock); a nil
 	// one is the real clock.
 	clocks []func() time.Time
-	// superDigest is the replicas' tree.Config.SuperDigest.
-	superDigest string
-	cancels     []context.CancelFunc
-	errs        []chan error
-	client      *node.Client
-	notes       atomic.Int64 // notifications the gateway's identity got
-	gw          *gateway.Server
-	addr        string // the gateway's
+	// appConfig is the replicas' coord.Config, but for Clients, which
+	// are the cluster's.
+	appConfig coord.Config
+	cancels   []context.CancelFunc
+	errs      []chan error
+	client    *node.Client
+	notes     atomic.Int64 // notifications the gateway's identity got
+	gw        *gateway.Server
+	addr      string // the gateway's
 }
 
 func newTestCluster(t *testing.T) *testCluster {
@@ -130,7 +130,9 @@ func (tc *testCluster) startReplica(i int, ln net.Listener) {
 	for _, c := range tc.cl.Clients {
 		clients = append(clients, c.ID)
 	}
-	app := coord.New(coord.Config{Clients: clients, Tree: tree.Config{SuperDigest: tc.superDigest}})
+	cfg := tc.appConfig
+	cfg.Clients = clients
+	app := coord.New(cfg)
 	var face bft.App = app
 	if tc.wrap != nil {
 		face = tc.wrap(i, app)

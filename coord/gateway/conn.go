@@ -125,6 +125,16 @@ func (c *conn) handshake() error {
 	if err != nil {
 		return err
 	}
+	if r.Status != coord.StatusOK && r.Status != coord.StatusExpired {
+		// The replicas could open no session: their session table is
+		// full. An answer without a session would tell the client that
+		// its session expired; as ZooKeeper closes a connection it
+		// cannot take, the gateway closes it unanswered, and the client
+		// tries again.
+		why := fmt.Sprintf("the replicas opened no session (%v): their session table is full", r.Status)
+		c.srv.refuseSession(why)
+		return errors.New(why)
+	}
 	resp := proto.ConnectResponse{TimeOut: r.Timeout, SessionID: r.Session, Passwd: passwd, OmitReadOnly: req.OmitReadOnly}
 	if r.Status != coord.StatusOK {
 		// Session id 0 tells the client its session is gone.

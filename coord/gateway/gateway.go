@@ -146,9 +146,9 @@ type Server struct {
 	perHost   map[string]int  // the connections open from each client address
 	sessions  map[int64]*conn // the connection serving each session
 
-	refusedHost, refusedTotal uint64 // Stats
-	refusalLogged             time.Time
-	refusalsQuiet             uint64 // refusals since, not logged
+	refusedHost, refusedTotal, refusedSessions uint64 // Stats
+	refusalLogged                              time.Time
+	refusalsQuiet                              uint64 // refusals since, not logged
 }
 
 // New returns a gateway; it starts polling its sessions at once, and

@@ -27,13 +27,17 @@ type Stats struct {
 	// those closed because the gateway had Config.MaxConns open.
 	RefusedPerHost uint64
 	RefusedTotal   uint64
+	// RefusedSessions counts the connections closed unanswered because
+	// the replicas could open no session for them: their session table
+	// was full (tree.Config.MaxSessions).
+	RefusedSessions uint64
 }
 
 // Stats returns the gateway's counters.
 func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Stats{Conns: len(s.conns), Sessions: len(s.sessions), RefusedPerHost: s.refusedHost, RefusedTotal: s.refusedTotal}
+	return Stats{Conns: len(s.conns), Sessions: len(s.sessions), RefusedPerHost: s.refusedHost, RefusedTotal: s.refusedTotal, RefusedSessions: s.refusedSessions}
 }
 
 // admit counts a new connection from host against the bounds, as
@@ -50,6 +54,15 @@ func (s *Server) admit(host string) string {
 	}
 	s.perHost[host]++
 	return ""
+}
+
+// refuseSession counts and logs a connection closed because the replicas
+// opened no session for it.
+func (s *Server) refuseSession(why string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refusedSessions++
+	s.logRefusal(why)
 }
 
 // logRefusal logs a refused connection, at most once a second, with the

@@ -84,7 +84,7 @@ func TestReplicasSeeNoSecrets(t *testing.T) {
 		}
 		return app
 	}, nil, func(tc *testCluster) {
-		tc.superDigest = tree.Digest("super:" + superSecret)
+		tc.appConfig.Tree.SuperDigest = tree.Digest("super:" + superSecret)
 	})
 
 	nc, resp := rawConnect(t, tc.addr, 0, nil)

@@ -95,8 +95,12 @@
 //
 // What a client sends is bounded: data by Config.MaxDataSize, the whole
 // tree by Config.MaxTreeBytes, a session's watches by
-// Config.MaxWatchBytes and identities by Config.MaxAuthBytes, sessions
-// by Config.MaxSessions.
+// Config.MaxWatchBytes and all sessions' by Config.MaxWatchTotal (a
+// watch counts its path and 32 bytes, so the bytes bound the count,
+// whether the path exists or not), identities by Config.MaxAuthBytes,
+// sessions by Config.MaxSessions: a session holds its identities, its
+// watches and its ephemeral nodes, which count in MaxTreeBytes, so the
+// sessions' bytes are bounded too.
 //
 // # Snapshots
 //

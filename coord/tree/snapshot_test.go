@@ -54,7 +54,7 @@ func checkInvariants(t *testing.T, tr *Tree) {
 	if size != tr.size {
 		t.Fatalf("tree size %d counted, %d held", tr.size, size)
 	}
-	recursive := 0
+	recursive, watchTotal := 0, int64(0)
 	for id, s := range tr.sessions {
 		for p := range s.ephemerals {
 			if n := tr.nodes[p]; n == nil || n.stat.EphemeralOwner != id {
@@ -74,6 +74,10 @@ func checkInvariants(t *testing.T, tr *Tree) {
 		if size != s.watchBytes {
 			t.Fatalf("session %d: %d watch bytes counted, %d held", id, s.watchBytes, size)
 		}
+		watchTotal += int64(size)
+	}
+	if watchTotal != tr.watchTotal {
+		t.Fatalf("%d watch bytes counted in all, %d held", tr.watchTotal, watchTotal)
 	}
 	for p, ids := range tr.watches {
 		for id := range ids {

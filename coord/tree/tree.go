@@ -32,6 +32,9 @@ type Config struct {
 	// MaxWatchBytes bounds one session's watches: the sum of its watched
 	// paths' lengths plus 32 bytes a path (4 MiB).
 	MaxWatchBytes int
+	// MaxWatchTotal bounds all sessions' watches together, counted as
+	// for MaxWatchBytes (256 MiB).
+	MaxWatchTotal int64
 	// MaxAuthBytes bounds one session's authenticated identities: the sum
 	// of their schemes' and ids' lengths plus 32 bytes an identity (4 KiB).
 	MaxAuthBytes int
@@ -71,6 +74,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxWatchBytes <= 0 {
 		c.MaxWatchBytes = 4 << 20
+	}
+	if c.MaxWatchTotal <= 0 {
+		c.MaxWatchTotal = 256 << 20
 	}
 	if c.MaxTreeBytes <= 0 {
 		c.MaxTreeBytes = 1 << 30
@@ -135,6 +141,7 @@ type Tree struct {
 	sessions   map[int64]*session
 	watches    map[string]map[int64]struct{} // path → sessions watching it
 	recursive  int                           // recursive watches in all
+	watchTotal int64                         // all sessions' watchBytes
 	containers map[string]struct{}
 	ttls       map[string]struct{}
 	lastZxid   int64
