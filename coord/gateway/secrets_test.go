@@ -67,7 +67,8 @@ func rawConnect(t *testing.T, addr string, session int64, passwd []byte) (net.Co
 }
 
 // TestReplicasSeeNoSecrets has a client open a session, resume it with
-// its password and authenticate with addauth digest, super included,
+// its password and authenticate with addauth digest, super included, and
+// with a scheme the replicas refuse,
 // while a replica keeps every op it is given: neither the ops nor any
 // replica's state hold the session's password or the plaintext
 // credentials, so a Byzantine replica could not resume the session
@@ -75,7 +76,7 @@ func rawConnect(t *testing.T, addr string, session int64, passwd []byte) (net.Co
 // identity still grants what its ACL says.
 func TestReplicasSeeNoSecrets(t *testing.T) {
 	const user, secret = "alice", "s3cret-alice-pw"
-	const superSecret = "s3cret-super-pw"
+	const superSecret, otherSecret = "s3cret-super-pw", "s3cret-other-scheme"
 	var mu sync.Mutex
 	var ops [][]byte
 	tc := newClusterOver(t, "tcp", "127.0.0.1", func(i int, app *coord.App) bft.App {
@@ -104,6 +105,17 @@ func TestReplicasSeeNoSecrets(t *testing.T) {
 			t.Fatalf("auth %d: %+v %v", i, hdr, err)
 		}
 	}
+	// A scheme the replicas refuse: the connection closes, and the
+	// replicas got its name alone.
+	if err := proto.WriteFrame(nc, &proto.RequestHeader{Xid: proto.XidAuth, Type: proto.OpAuth},
+		&proto.AuthPacket{Scheme: "sasl", Auth: []byte(otherSecret)}); err != nil {
+		t.Fatal(err)
+	}
+	if frame, err := proto.ReadFrame(nc, nil); err != nil {
+		t.Fatal(err)
+	} else if hdr, _, err := proto.SplitReply(frame); err != nil || hdr.Err != proto.CodeAuthFailed {
+		t.Fatalf("auth of an unknown scheme: %+v %v", hdr, err)
+	}
 	nc.Close()
 
 	// The digest identity works: a session that added it reads a node
@@ -120,7 +132,7 @@ func TestReplicasSeeNoSecrets(t *testing.T) {
 	for i := range tc.apps {
 		tc.crash(i) // so that their states can be read
 	}
-	secrets := map[string][]byte{"the session's password": passwd, "alice's password": []byte(secret), "super's password": []byte(superSecret)}
+	secrets := map[string][]byte{"the session's password": passwd, "alice's password": []byte(secret), "super's password": []byte(superSecret), "another scheme's credentials": []byte(otherSecret)}
 	mu.Lock()
 	defer mu.Unlock()
 	if len(ops) == 0 {
