@@ -125,6 +125,28 @@ func newClusterOver(t *testing.T, network, host string, wrap func(i int, app *co
 	return tc
 }
 
+// serveGateway starts another gateway, with cfg and, unless cfg names
+// one, the cluster's bft client as its Invoker, on a loopback port of its
+// own; it returns the gateway, which the test's end closes, and its
+// address.
+func (tc *testCluster) serveGateway(cfg gateway.Config) (*gateway.Server, string) {
+	tc.t.Helper()
+	if cfg.Invoker == nil {
+		cfg.Invoker = tc.client
+	}
+	gw, err := gateway.New(cfg)
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	tc.t.Cleanup(func() { gw.Close() })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	go gw.Serve(ln)
+	return gw, ln.Addr().String()
+}
+
 func (tc *testCluster) startReplica(i int, ln net.Listener) {
 	var clients []bft.ClientID
 	for _, c := range tc.cl.Clients {

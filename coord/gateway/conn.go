@@ -26,6 +26,12 @@ type conn struct {
 	// Set by the handshake, before the session is bound; read-only after.
 	session int64
 	timeout time.Duration
+	// counted says the connection counts in Server.hostSessions; under
+	// Server.mu.
+	counted bool
+	// ended says the session ended (closed, or expired): it does not
+	// linger once the connection ends.
+	ended atomic.Bool
 
 	// turn is held while an op of the session is in flight, a request's
 	// or a poll's, so the session's results come in the replicas' order.
@@ -107,6 +113,10 @@ func (c *conn) handshake() error {
 	}
 	passwd := req.Passwd
 	if req.SessionID == 0 {
+		if why := c.srv.admitSession(c); why != "" {
+			c.srv.refuseSession(why)
+			return errors.New(why)
+		}
 		passwd = make([]byte, 16)
 		if _, err := rand.Read(passwd); err != nil {
 			return err
@@ -270,6 +280,9 @@ func (c *conn) work() {
 		}
 		r, err := c.run(req)
 		<-c.turn
+		if err == nil && req.hdr.Type == proto.OpCloseSession {
+			c.ended.Store(true)
+		}
 		if c.noted.Load() {
 			c.srv.signalPoll()
 		}
@@ -318,6 +331,9 @@ func (c *conn) run(req request) (coord.SessionResult, error) {
 func (c *conn) deliver(st coord.Status, frames []byte) {
 	if z := maxZxid(frames); z > c.lastZxid.Load() {
 		c.lastZxid.Store(z)
+	}
+	if st == coord.StatusExpired {
+		c.ended.Store(true)
 	}
 	switch st {
 	case coord.StatusOK:

@@ -73,9 +73,12 @@
 // Connections are bounded, from one client address (Config.MaxConnsPerHost,
 // 60 by default, as ZooKeeper's maxClientCnxns) and in all
 // (Config.MaxConns): a connection past either is closed at once, as
-// ZooKeeper closes one, and counted in Stats. A frame's buffer grows with
-// the bytes that arrive, not with the length the client announces; a
-// connect request may be 4 KiB, and must arrive within
+// ZooKeeper closes one, and counted in Stats. So are the sessions of one
+// client address (Config.MaxSessionsPerHost, 120 by default), those whose
+// connection ended counting until they may have expired: past it, a
+// connect for a new session is closed unanswered. A frame's buffer grows
+// with the bytes that arrive, not with the length the client announces;
+// a connect request may be 4 KiB, and must arrive within
 // Config.HandshakeTimeout.
 //
 // Memory is bounded per connection: the requests waiting

@@ -48,22 +48,29 @@ func rawConnect(t *testing.T, addr string, session int64, passwd []byte) (net.Co
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close() })
+	resp, err := handshake(nc, session, passwd)
+	if err != nil || resp.SessionID == 0 {
+		t.Fatalf("handshake: %+v %v", resp, err)
+	}
+	return nc, resp
+}
+
+// handshake sends a connect request for session (0: a new one) with a
+// 10s timeout on nc and reads the answer.
+func handshake(nc net.Conn, session int64, passwd []byte) (proto.ConnectResponse, error) {
 	nc.SetDeadline(time.Now().Add(10 * time.Second))
 	if passwd == nil {
 		passwd = make([]byte, 16)
 	}
+	var resp proto.ConnectResponse
 	if err := proto.WriteFrame(nc, &proto.ConnectRequest{TimeOut: 10000, SessionID: session, Passwd: passwd}); err != nil {
-		t.Fatal(err)
+		return resp, err
 	}
 	frame, err := proto.ReadFrame(nc, nil)
 	if err != nil {
-		t.Fatal(err)
+		return resp, err
 	}
-	var resp proto.ConnectResponse
-	if err := proto.Unmarshal(frame, &resp); err != nil || resp.SessionID == 0 {
-		t.Fatalf("handshake: %+v %v", resp, err)
-	}
-	return nc, resp
+	return resp, proto.Unmarshal(frame, &resp)
 }
 
 // TestReplicasSeeNoSecrets has a client open a session, resume it with

@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/rubin-go/rubin/coord/gateway"
 	"github.com/rubin-go/rubin/coord/proto"
 )
 
@@ -57,6 +58,73 @@ func TestFullSessionTableIsNotExpiry(t *testing.T) {
 		t.Fatalf("after a session closed, the client got %v", st)
 	}
 	must(c.Create("/in", nil, 0, open))
+}
+
+// TestMaxSessionsPerHost has a client address open sessions and drop
+// their connections, as a client that fills the replicas' session table
+// would, since sessions outlive their connections by their timeout: past
+// gateway.Config.MaxSessionsPerHost (here 3) its connects for a new
+// session are closed unanswered, and counted, while another address
+// gets sessions. It may resume a session it holds; once it closes one,
+// it may open one again.
+func TestMaxSessionsPerHost(t *testing.T) {
+	tc := newTestCluster(t)
+	tc.gw.Close()
+	gw, addr := tc.serveGateway(gateway.Config{MaxSessionsPerHost: 3})
+
+	var held []proto.ConnectResponse
+	for range 3 {
+		nc := dialFrom(t, "127.0.0.2", addr)
+		resp, err := handshake(nc, 0, nil)
+		if err != nil || resp.SessionID == 0 {
+			t.Fatalf("session %d: %+v %v", len(held), resp, err)
+		}
+		held = append(held, resp)
+		if len(held) < 3 {
+			nc.Close() // the session lingers on the replicas
+		}
+	}
+	// The third session's connection stays open.
+	refused := func(from string) bool {
+		t.Helper()
+		resp, err := handshake(dialFrom(t, from, addr), 0, nil)
+		if err == nil && resp.SessionID == 0 {
+			t.Fatalf("a connect from %s answered without a session", from)
+		}
+		return err != nil
+	}
+	if !refused("127.0.0.2") {
+		t.Fatal("a fourth session from one address")
+	}
+	if refused("127.0.0.3") {
+		t.Fatal("another address refused")
+	}
+	if s := gw.Stats(); s.RefusedSessions != 1 {
+		t.Fatalf("refused sessions: %+v", s)
+	}
+	// Resuming a lingering session is no new session; closing it frees
+	// its room.
+	nc := dialFrom(t, "127.0.0.2", addr)
+	if resp, err := handshake(nc, held[0].SessionID, held[0].Passwd); err != nil || resp.SessionID != held[0].SessionID {
+		t.Fatalf("resume: %+v %v", resp, err)
+	}
+	if !refused("127.0.0.2") {
+		t.Fatal("a fourth session from one address after a resume")
+	}
+	if err := proto.WriteFrame(nc, &proto.RequestHeader{Xid: 1, Type: proto.OpCloseSession}, &proto.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := proto.ReadFrame(nc, nil); err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for refused("127.0.0.2") {
+		if time.Now().After(deadline) {
+			t.Fatal("no session for the address 5s after it closed one")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // TestWatchesBoundedInAll has three clients set watches on absent paths,

@@ -429,16 +429,7 @@ func TestBadClients(t *testing.T) {
 // survive, and the watch fires once.
 func TestResumeOnAnotherGateway(t *testing.T) {
 	tc := newTestCluster(t)
-	gw2, err := gateway.New(gateway.Config{Invoker: tc.client})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gw2.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go gw2.Serve(ln)
+	_, addr2 := tc.serveGateway(gateway.Config{})
 
 	// The client's one server name leads to whichever gateway target says.
 	var target atomic.Value
@@ -452,9 +443,9 @@ func TestResumeOnAnotherGateway(t *testing.T) {
 	_, _, w := must3(c.GetW("/watched"))
 	id := c.SessionID()
 
-	target.Store(ln.Addr().String())
+	target.Store(addr2)
 	tc.gw.Close()
-	tc.addr = ln.Addr().String()
+	tc.addr = addr2
 	b := tc.connect(10 * time.Second)
 	must(b.Set("/watched", []byte("1"), -1))
 	waitEvent(t, w, zk.EventNodeDataChanged, "/watched")
