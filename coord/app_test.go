@@ -287,6 +287,42 @@ func TestOutageIsNotCounted(t *testing.T) {
 	}
 }
 
+// TestLyingPrimaryCannotExpireALiveSession has a lying primary date ops
+// from a clock that swings 1.9s either side of the real time (within
+// 0.5s up, then back down; the agreed time stands still until the clock
+// catches up with it), with an op every 50ms so that no gap looks like an
+// outage. A 4s session renewed every 2s of real time, as its gateway
+// renews it, stays open for a minute, whatever the phase of its renewals.
+func TestLyingPrimaryCannotExpireALiveSession(t *testing.T) {
+	const skew, ramp, period = 1900 * time.Millisecond, 500 * time.Millisecond, 6500 * time.Millisecond
+	for phase := time.Duration(0); phase < 2*time.Second; phase += 100 * time.Millisecond {
+		h := newHarness(t, 1)
+		start := h.now
+		clock := func(now time.Time) time.Time {
+			off := -skew
+			if p := now.Sub(start) % period; p < ramp {
+				off += time.Duration(int64(2*skew) * int64(p) / int64(ramp))
+			}
+			return now.Add(off)
+		}
+		live := h.connect(0, "live", 4000).Session
+		renewed := start.Add(phase - 2*time.Second)
+		for now := start; now.Sub(start) < time.Minute; now = now.Add(50 * time.Millisecond) {
+			if c := clock(now); c.After(h.now) {
+				h.now = c
+			}
+			ids := []int64{}
+			if now.Sub(renewed) >= 2*time.Second {
+				ids, renewed = append(ids, live), now
+			}
+			h.poll(ids...)
+			if _, ok := h.apps[0].Tree().Session(live); !ok {
+				t.Fatalf("renewals at phase %v: the session expired after %v of real time", phase, now.Sub(start))
+			}
+		}
+	}
+}
+
 // TestLyingPrimaryCannotKeepADeadSessionAlive has a lying primary date
 // ops so that the agreed time stands still until it is 1.9s behind the
 // real time, then jumps to 1.9s ahead: every jump looks like an outage
