@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"maps"
+	"math"
 	"slices"
 
 	"github.com/rubin-go/rubin/bft"
@@ -41,11 +42,20 @@ type Config struct {
 	// executed ops that the App takes for a quiet service (default half
 	// of Tree.MinSessionTimeout). A longer gap is an outage, in which no
 	// client could renew its session: as ZooKeeper gives every session a
-	// fresh timeout when a new leader takes over, the gap is added to
-	// every session's deadline. A gateway keeps the gaps shorter while it
-	// serves sessions (see coord/gateway), so that a quiet service still
-	// expires its dead clients' sessions on time.
+	// fresh timeout when a new leader takes over, the part of the gap
+	// beyond 2*ClockSkew, which a lying primary cannot have made up, is
+	// added to every session's deadline. A gateway keeps the gaps shorter
+	// while it serves sessions (see coord/gateway), so that a quiet
+	// service still expires its dead clients' sessions on time.
 	Outage int64
+	// ClockSkew is the replicas' bft.Config.MaxClockSkew in milliseconds
+	// (default 2000, bft's default): how far from a correct replica's
+	// clock the agreed time of a batch may be. A lying primary may hold
+	// the agreed time that far behind while a session renews and then
+	// push it that far ahead, so a session expires only 2*ClockSkew after
+	// its timeout ran out in agreed time (Tree.ExpiryGrace is set to
+	// that), and outages are counted short by as much (see Outage).
+	ClockSkew int64
 	// Clients are the cluster's client identities. A gateway whose number
 	// is one of them is notified (bft.ExecContext.Notify) when events wait
 	// for its sessions; the others only find them by polling. Only the
@@ -77,6 +87,10 @@ func (c Config) normalized() Config {
 	if c.ClaimLease <= 0 {
 		c.ClaimLease = 5000
 	}
+	if c.ClockSkew <= 0 {
+		c.ClockSkew = 2000
+	}
+	c.Tree.ExpiryGrace = int32(min(2*c.ClockSkew, math.MaxInt32))
 	return c
 }
 
@@ -137,8 +151,8 @@ func (a *App) Tree() *tree.Tree { return a.tree }
 
 // Execute runs one op a gateway built with ConnectOp, RequestOp, PollOp
 // or ClaimOp and returns its result for the matching Parse function. Before the op
-// it postpones every session's deadline by the gap since the last op if
-// that was an outage (Config.Outage), ends the sessions whose deadline
+// it postpones every session's deadline if the gap since the last op was
+// an outage (Config.Outage), ends the sessions whose deadline
 // passed at ctx.Time and sweeps
 // container and TTL nodes (see Config). Each write takes the zxid after
 // the tree's last, so zxids follow the agreed order of (ctx.Seq,
@@ -273,8 +287,17 @@ func (a *App) Query(_ bft.QueryContext, b []byte) []byte {
 func (a *App) nextZxid() int64 { return a.tree.LastZxid() + 1 }
 
 func (a *App) housekeep(now int64) {
-	if a.last != 0 && now-a.last > a.cfg.Outage {
-		a.tree.Postpone(now - a.last)
+	if gap := now - a.last; a.last != 0 && gap > a.cfg.Outage {
+		// A lying primary may have dated the op before the gap up to
+		// ClockSkew late and this one up to ClockSkew early: only the
+		// rest surely passed with nothing ordered. Counting that alone,
+		// it cannot keep a dead client's session alive by making up
+		// outages (TestLyingPrimaryCannotKeepADeadSessionAlive); the
+		// sessions' ExpiryGrace covers what a real outage is counted
+		// short.
+		if d := gap - 2*a.cfg.ClockSkew; d > 0 {
+			a.tree.Postpone(d)
+		}
 	}
 	a.last = now
 	if now >= a.nextExpire {

@@ -216,9 +216,14 @@ func TestExpiryAtAgreedTime(t *testing.T) {
 	b := h.connect(0, "b", 4000)
 	h.do(a.Session, 1, proto.OpCreate, &proto.CreateRequest{Path: "/e", ACL: proto.OpenACL, Flags: proto.ModeEphemeral})
 	h.do(b.Session, 1, proto.OpExists, &proto.ExistsRequest{Path: "/e", Watch: true})
-	// b is renewed by polls, a is not; 4s of agreed time later a is gone.
+	// b is renewed by polls, a is not; its timeout and the grace for a
+	// lying primary's clock (2*Config.ClockSkew, 4s) of agreed time later
+	// a is gone.
 	var got []byte
-	for range 5 {
+	for i := range 8 {
+		if _, ok := h.apps[0].Tree().Session(a.Session); !ok {
+			t.Fatalf("a expired after %ds", i)
+		}
 		h.advance(time.Second)
 		rs := h.poll(b.Session)
 		if rs[0].Status != coord.StatusOK {
@@ -228,7 +233,7 @@ func TestExpiryAtAgreedTime(t *testing.T) {
 	}
 	rs := h.poll(a.Session, b.Session)
 	if rs[0].Status != coord.StatusExpired {
-		t.Fatalf("a after its timeout: %v", rs[0].Status)
+		t.Fatalf("a after its timeout and grace: %v", rs[0].Status)
 	}
 	got = append(got, rs[1].Frames...)
 	if fs := frames(t, got, 0); len(fs) != 1 || *fs[0].ev != (proto.WatcherEvent{Type: proto.EventNodeDeleted, State: proto.StateSyncConnected, Path: "/e"}) {
@@ -264,20 +269,92 @@ func TestOutageIsNotCounted(t *testing.T) {
 		t.Fatalf("after an outage of 10s: %v, %v", rs[0].Status, rs[1].Status)
 	}
 	// dead was renewed by that poll; live is, every heartbeat, and dead is
-	// not: it expires its timeout later.
-	for i := range 3 {
+	// not: it expires its timeout and the grace for a lying primary's
+	// clock (2*Config.ClockSkew) later.
+	for i := range 7 {
 		h.advance(time.Second)
 		if rs := h.poll(live); rs[0].Status != coord.StatusOK {
 			t.Fatalf("live after %ds: %v", i+1, rs[0].Status)
 		}
 	}
 	if _, ok := h.apps[1].Tree().Session(dead); !ok {
-		t.Fatal("dead expired before its timeout")
+		t.Fatal("dead expired before its timeout and grace")
 	}
 	h.advance(time.Second)
 	h.poll(live)
 	if rs := h.poll(dead); rs[0].Status != coord.StatusExpired {
-		t.Fatalf("dead 4s after its last renewal: %v", rs[0].Status)
+		t.Fatalf("dead 8s after its last renewal: %v", rs[0].Status)
+	}
+}
+
+// TestLyingPrimaryCannotExpireALiveSession has a lying primary date ops
+// from a clock that swings 1.9s either side of the real time (within
+// 0.5s up, then back down; the agreed time stands still until the clock
+// catches up with it), with an op every 50ms so that no gap looks like an
+// outage. A 4s session renewed every 2s of real time, as its gateway
+// renews it, stays open for a minute, whatever the phase of its renewals.
+func TestLyingPrimaryCannotExpireALiveSession(t *testing.T) {
+	const skew, ramp, period = 1900 * time.Millisecond, 500 * time.Millisecond, 6500 * time.Millisecond
+	for phase := time.Duration(0); phase < 2*time.Second; phase += 100 * time.Millisecond {
+		h := newHarness(t, 1)
+		start := h.now
+		clock := func(now time.Time) time.Time {
+			off := -skew
+			if p := now.Sub(start) % period; p < ramp {
+				off += time.Duration(int64(2*skew) * int64(p) / int64(ramp))
+			}
+			return now.Add(off)
+		}
+		live := h.connect(0, "live", 4000).Session
+		renewed := start.Add(phase - 2*time.Second)
+		for now := start; now.Sub(start) < time.Minute; now = now.Add(50 * time.Millisecond) {
+			if c := clock(now); c.After(h.now) {
+				h.now = c
+			}
+			ids := []int64{}
+			if now.Sub(renewed) >= 2*time.Second {
+				ids, renewed = append(ids, live), now
+			}
+			h.poll(ids...)
+			if _, ok := h.apps[0].Tree().Session(live); !ok {
+				t.Fatalf("renewals at phase %v: the session expired after %v of real time", phase, now.Sub(start))
+			}
+		}
+	}
+}
+
+// TestLyingPrimaryCannotKeepADeadSessionAlive has a lying primary date
+// ops so that the agreed time stands still until it is 1.9s behind the
+// real time, then jumps to 1.9s ahead: every jump looks like an outage
+// (Config.Outage), which the sessions' deadlines must not be moved by
+// in full, or a session nobody renews would never expire. An op runs
+// every 100ms of real time, a live session renewed by each; the dead
+// one must expire within its timeout and four times the clock skew
+// (2s) of real time, with the live one open.
+func TestLyingPrimaryCannotKeepADeadSessionAlive(t *testing.T) {
+	h := newHarness(t, 1)
+	live := h.connect(0, "live", 4000).Session
+	dead := h.connect(0, "dead", 4000).Session
+	const skew = 1900 * time.Millisecond
+	start := h.now
+	now := start // the real time
+	for {
+		now = now.Add(100 * time.Millisecond)
+		if !h.now.After(now.Add(-skew)) {
+			h.now = now.Add(skew)
+		}
+		if rs := h.poll(live); rs[0].Status != coord.StatusOK {
+			t.Fatalf("live after %v: %v", now.Sub(start), rs[0].Status)
+		}
+		if _, ok := h.apps[0].Tree().Session(dead); !ok {
+			break
+		}
+		if now.Sub(start) > time.Minute {
+			t.Fatal("dead still open after a minute")
+		}
+	}
+	if d := now.Sub(start); d > 4*time.Second+4*2*time.Second {
+		t.Fatalf("dead expired after %v", d)
 	}
 }
 
@@ -285,7 +362,9 @@ func TestAuthAndMulti(t *testing.T) {
 	h := newHarness(t, 2)
 	a := h.connect(0, "a", 10000).Session
 	b := h.connect(0, "b", 10000).Session
-	if st, _, r := h.do(a, proto.XidAuth, proto.OpAuth, &proto.AuthPacket{Scheme: "digest", Auth: []byte("alice:pw")}); st != coord.StatusOK || r.hdr.Err != proto.CodeOK {
+	auth := &proto.AuthPacket{Scheme: "digest", Auth: []byte("alice:pw")}
+	coord.SealAuth(auth, "")
+	if st, _, r := h.do(a, proto.XidAuth, proto.OpAuth, auth); st != coord.StatusOK || r.hdr.Err != proto.CodeOK {
 		t.Fatalf("auth: %v %v", st, r.hdr.Err)
 	}
 	acl := []proto.ACL{{Perms: proto.PermAll, ID: proto.ID{Scheme: "digest", ID: tree.Digest("alice:pw")}}}

@@ -8,8 +8,10 @@
 // # Ops
 //
 // An op is what a gateway asks for one of its sessions, built with
-// ConnectOp (open a session, or resume one with its password), RequestOp
-// (one ZooKeeper request, its header and body as the client sent them)
+// ConnectOp (open a session, or resume one with its password, of which
+// the op carries only a hash), RequestOp (one ZooKeeper request, its
+// header and body as the client sent them, an auth packet's credentials
+// replaced by SealAuth)
 // or PollOp (renew sessions and collect their watch events); with
 // ClaimOp a gateway claims its number and client identities, so that a
 // second gateway given the same ones learns it (see claim.go). A gateway
@@ -39,8 +41,11 @@
 // (bft.ExecContext.Time), never from a replica's clock; before each op the
 // App ends the sessions whose deadline that time passed (see
 // Config.ExpireInterval) and sweeps empty containers and expired TTL
-// nodes. A gap between two ops longer than Config.Outage is taken for an
-// outage and added to every session's deadline.
+// nodes. A session expires 2*Config.ClockSkew after its timeout ran out
+// in agreed time, since a lying primary may date its renewal ClockSkew
+// early and a later op ClockSkew late; a gap between two ops longer than
+// Config.Outage is taken for an outage, and what of it a lying primary
+// cannot have made up is added to every session's deadline.
 //
 // # Watch events
 //

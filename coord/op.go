@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/rubin-go/rubin/coord/proto"
+	"github.com/rubin-go/rubin/coord/tree"
 )
 
 // An op's kind: what a gateway asks for a session.
@@ -26,7 +27,10 @@ const (
 	// session closed (closeSession), the client failed to authenticate,
 	// the session moved to another gateway, or events were lost because
 	// the client did not collect them (the client reconnects and sets its
-	// watches again).
+	// watches again). To a ConnectOp: no session could be opened, the
+	// session table being full (tree.Config.MaxSessions); the gateway
+	// closes the connection unanswered, as ZooKeeper closes one it cannot
+	// take, and the client tries again.
 	StatusClose Status = 1
 	// StatusExpired: the session is gone (expired, closed, or never was,
 	// or the password is wrong); close the connection. A connect that
@@ -86,19 +90,39 @@ var ErrResult = errors.New("coord: malformed result")
 // passwd the gateway chose for it, or resumes session with the password
 // its client gave, asking for a timeout in milliseconds. gateway names
 // the gateway; a session belongs to the gateway that last connected it.
+// The op carries tree.HashPassword of passwd, never passwd: a replica
+// that keeps it cannot resume the session through a gateway.
 func ConnectOp(gateway, session int64, passwd []byte, timeout int32) []byte {
-	e := proto.NewEncoder(make([]byte, 0, 32+len(passwd)))
+	e := proto.NewEncoder(make([]byte, 0, 32+tree.PasswordHashSize))
 	e.Int32(kindConnect)
 	e.Int64(gateway)
 	e.Int64(session)
 	e.Int32(timeout)
-	e.Buffer(passwd)
+	e.Buffer(tree.HashPassword(passwd))
 	return e.Bytes()
+}
+
+// SealAuth replaces what an auth packet carries by what the replicas
+// check, before the gateway puts it in a RequestOp: for scheme "digest",
+// the identity tree.Digest makes of the client's "user:password", so
+// that no replica learns the password; for "ip", host, the address the
+// gateway vouches for as the client's, as ZooKeeper's ip provider takes
+// the connection's whatever the client sends; for any other scheme,
+// which the replicas refuse, nothing.
+func SealAuth(a *proto.AuthPacket, host string) {
+	switch a.Scheme {
+	case "digest":
+		a.Auth = []byte(tree.Digest(string(a.Auth)))
+	case "ip":
+		a.Auth = []byte(host)
+	default:
+		a.Auth = nil
+	}
 }
 
 // RequestOp is the op that runs one ZooKeeper request of session: frame
 // is the request as its client sent it, the header and body without the
-// length prefix.
+// length prefix, but for an auth packet, which SealAuth has changed.
 func RequestOp(gateway, session int64, frame []byte) []byte {
 	e := proto.NewEncoder(make([]byte, 0, 24+len(frame)))
 	e.Int32(kindRequest)
@@ -127,7 +151,7 @@ type op struct {
 	gateway  int64
 	session  int64
 	timeout  int32
-	passwd   []byte
+	passwd   []byte // kindConnect: tree.HashPassword of the password
 	frame    []byte
 	sessions []int64
 	holder   int64       // kindClaim

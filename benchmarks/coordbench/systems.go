@@ -169,9 +169,10 @@ func (s *system) startCoord(ctx context.Context, l *benchkit.Launcher, cfg confi
 		s.procs = append(s.procs, p)
 	}
 	// All the clients come from one address; the ZooKeeper servers run
-	// with maxClientCnxns=0 above, and so does the gateway.
+	// with maxClientCnxns=0 above, and so does the gateway, with no bound
+	// on that address's sessions either.
 	p, addr, err := l.StartServer(ctx, "gateway listening on ", time.Minute, cfg.coordBin,
-		"gateway", "-cluster", file, "-listen", net.JoinHostPort(cfg.host, "0"), "-transport", transport, "-max-client-cnxns", "0")
+		"gateway", "-cluster", file, "-listen", net.JoinHostPort(cfg.host, "0"), "-transport", transport, "-max-client-cnxns", "0", "-max-client-sessions", "0")
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}

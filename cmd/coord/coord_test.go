@@ -40,6 +40,7 @@ func TestUsageErrors(t *testing.T) {
 		{"replica", "-cluster", "/nonexistent/cluster.json", "-id", "0", "-transport", "udp"},
 		{"gateway", "-nosuchflag"},
 		{"gateway", "-max-client-cnxns", "-1"},
+		{"gateway", "-max-client-sessions", "-1"},
 		{"demo", "-clients", "1"},
 		{"demo", "-transport", "udp"},
 	} {

@@ -25,7 +25,7 @@ import (
 func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cf clusterFlags
 	var listen, ids string
-	var perHost, total, which int
+	var perHost, sessionsPerHost, total, which int
 	var claimWait time.Duration
 	err := parseFlags("gateway", args, stderr, func(fs *flag.FlagSet) {
 		cf.register(fs)
@@ -33,14 +33,15 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fs.IntVar(&which, "gateway", -1, "be gateway `I` of those coord keygen -gateways shared the client identities out to")
 		fs.StringVar(&ids, "ids", "", "the client identities to use, `first-last` (default: -gateway's, or every client of the cluster file if keygen made one gateway)")
 		fs.IntVar(&perHost, "max-client-cnxns", gateway.DefaultMaxConnsPerHost, "the most connections open at once from one client address, as ZooKeeper's maxClientCnxns (0: no limit)")
+		fs.IntVar(&sessionsPerHost, "max-client-sessions", gateway.DefaultMaxSessionsPerHost, "the most sessions one client address may hold, counting those whose connection ended until they expire (0: no limit)")
 		fs.DurationVar(&claimWait, "claim-wait", claimLapse, "wait up to `duration` for the claim of these identities by a gateway that stopped to lapse (0: refuse at once)")
 		fs.IntVar(&total, "max-conns", gateway.DefaultMaxConns, "the most connections open at once from all clients (0: no limit)")
 	})
 	if err != nil {
 		return err
 	}
-	if perHost < 0 || total < 0 {
-		return fmt.Errorf("%w: -max-client-cnxns and -max-conns must not be negative", errUsage)
+	if perHost < 0 || sessionsPerHost < 0 || total < 0 {
+		return fmt.Errorf("%w: -max-client-cnxns, -max-client-sessions and -max-conns must not be negative", errUsage)
 	}
 	c, err := cf.load()
 	if err != nil {
@@ -57,7 +58,7 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	logger := cf.logger(stderr).With("gateway", listen)
-	gcfg := gateway.Config{MaxConnsPerHost: noLimit(perHost), MaxConns: noLimit(total)}
+	gcfg := gateway.Config{MaxConnsPerHost: noLimit(perHost), MaxSessionsPerHost: noLimit(sessionsPerHost), MaxConns: noLimit(total)}
 	client, gw, err := newGateway(ctx, node.ClientConfig{Cluster: c, IDs: pool, Transport: &cf.transport, Logger: logger}, gcfg, claimWait)
 	if err != nil {
 		return err

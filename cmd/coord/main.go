@@ -6,7 +6,7 @@
 //
 //	coord keygen -n 4 -base-port 7100 -out cluster.json [-clients 64] [-gateways 1] [-host 127.0.0.1 | -addrs H:P,...] [-split DIR]
 //	coord replica -id I -cluster cluster.json [-data-dir DIR] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
-//	coord gateway -cluster cluster.json -listen HOST:PORT [-gateway I | -ids FIRST-LAST] [-claim-wait D] [-max-client-cnxns 60] [-max-conns 1024] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
+//	coord gateway -cluster cluster.json -listen HOST:PORT [-gateway I | -ids FIRST-LAST] [-claim-wait D] [-max-client-cnxns 60] [-max-client-sessions 120] [-max-conns 1024] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
 //	coord demo [-transport tcp|rdma] [-clients C] [-rounds R]
 //
 // keygen writes a cluster file as bft keygen does: every replica's
@@ -36,7 +36,9 @@
 // connections from one client address (ZooKeeper's maxClientCnxns,
 // default 60) and -max-conns in all (default 1024); 0 lifts either bound.
 // A connection past them is closed at once, and the gateway logs it (at
-// most once a second).
+// most once a second). So is a connect for a new session from an address
+// that holds -max-client-sessions (default 120), counting sessions whose
+// connection ended until they may have expired.
 //
 // demo starts four replicas and a gateway in this process, and C
 // ZooKeeper clients (go-zookeeper/zk) that each take a lock R times to
@@ -84,7 +86,7 @@ const (
 const usageText = `usage:
   coord keygen -n 4 -base-port 7100 -out cluster.json [-clients 64] [-gateways 1] [-host 127.0.0.1 | -addrs H:P,...] [-split DIR]
   coord replica -id I -cluster cluster.json [-data-dir DIR] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
-  coord gateway -cluster cluster.json -listen HOST:PORT [-gateway I | -ids FIRST-LAST] [-claim-wait D] [-max-client-cnxns 60] [-max-conns 1024] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
+  coord gateway -cluster cluster.json -listen HOST:PORT [-gateway I | -ids FIRST-LAST] [-claim-wait D] [-max-client-cnxns 60] [-max-client-sessions 120] [-max-conns 1024] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
   coord demo [-transport tcp|rdma] [-clients C] [-rounds R]
 `
 

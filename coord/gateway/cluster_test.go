@@ -37,13 +37,19 @@ type testCluster struct {
 	// replica's.
 	wrap func(i int, app *coord.App) bft.App
 	// dirs, if set, are the replicas' data directories: durable replicas.
-	dirs    []string
-	cancels []context.CancelFunc
-	errs    []chan error
-	client  *node.Client
-	notes   atomic.Int64 // notifications the gateway's identity got
-	gw      *gateway.Server
-	addr    string // the gateway's
+	dirs []string
+	// clocks, if set, are the replicas' clocks (bft.Config.Clock); a nil
+	// one is the real clock.
+	clocks []func() time.Time
+	// appConfig is the replicas' coord.Config, but for Clients, which
+	// are the cluster's.
+	appConfig coord.Config
+	cancels   []context.CancelFunc
+	errs      []chan error
+	client    *node.Client
+	notes     atomic.Int64 // notifications the gateway's identity got
+	gw        *gateway.Server
+	addr      string // the gateway's
 }
 
 func newTestCluster(t *testing.T) *testCluster {
@@ -61,7 +67,7 @@ func newClusterWith(t *testing.T, wrap func(i int, app *coord.App) bft.App, dirs
 // newClusterOver is newClusterWith with the replicas on host, reached over
 // network ("tcp" or "rdma"), by each other and by the gateway's bft
 // client.
-func newClusterOver(t *testing.T, network, host string, wrap func(i int, app *coord.App) bft.App, dirs []string) *testCluster {
+func newClusterOver(t *testing.T, network, host string, wrap func(i int, app *coord.App) bft.App, dirs []string, opts ...func(*testCluster)) *testCluster {
 	t.Helper()
 	const n, identities = 4, 32
 	cl, err := auth.Generate(n, identities, host, 1, nil)
@@ -69,6 +75,9 @@ func newClusterOver(t *testing.T, network, host string, wrap func(i int, app *co
 		t.Fatal(err)
 	}
 	tc := &testCluster{t: t, network: network, cl: cl, wrap: wrap, dirs: dirs, reps: make([]*node.Replica, n), apps: make([]*coord.App, n), cancels: make([]context.CancelFunc, n), errs: make([]chan error, n)}
+	for _, o := range opts {
+		o(tc)
+	}
 	lns := make([]net.Listener, n)
 	for i := range lns {
 		if lns[i], err = rubin.Listen(network, net.JoinHostPort(host, "0")); err != nil {
@@ -116,20 +125,48 @@ func newClusterOver(t *testing.T, network, host string, wrap func(i int, app *co
 	return tc
 }
 
+// serveGateway starts another gateway, with cfg and, unless cfg names
+// one, the cluster's bft client as its Invoker, on a loopback port of its
+// own; it returns the gateway, which the test's end closes, and its
+// address.
+func (tc *testCluster) serveGateway(cfg gateway.Config) (*gateway.Server, string) {
+	tc.t.Helper()
+	if cfg.Invoker == nil {
+		cfg.Invoker = tc.client
+	}
+	gw, err := gateway.New(cfg)
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	tc.t.Cleanup(func() { gw.Close() })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	go gw.Serve(ln)
+	return gw, ln.Addr().String()
+}
+
 func (tc *testCluster) startReplica(i int, ln net.Listener) {
 	var clients []bft.ClientID
 	for _, c := range tc.cl.Clients {
 		clients = append(clients, c.ID)
 	}
-	app := coord.New(coord.Config{Clients: clients})
+	cfg := tc.appConfig
+	cfg.Clients = clients
+	app := coord.New(cfg)
 	var face bft.App = app
 	if tc.wrap != nil {
 		face = tc.wrap(i, app)
 	}
+	var clock func() time.Time
+	if i < len(tc.clocks) {
+		clock = tc.clocks[i]
+	}
 	r, err := node.NewReplica(node.ReplicaConfig{
 		Cluster: tc.cl, ID: bft.ReplicaID(i), Network: tc.network, Listener: ln, Tick: testTick,
 		App: face, DataDir: tc.dataDir(i),
-		Core: bft.Config{CheckpointInterval: 16, WatermarkWindow: 64, RequestTicks: 50, ViewChangeTicks: 50, FetchTicks: 10,
+		Core: bft.Config{Clock: clock, CheckpointInterval: 16, WatermarkWindow: 64, RequestTicks: 50, ViewChangeTicks: 50, FetchTicks: 10,
 			MaxOpSize: coord.MaxOpSize, MaxBatchBytes: 2 * coord.MaxOpSize},
 		RedialMin: 5 * time.Millisecond, RedialMax: 100 * time.Millisecond,
 	})

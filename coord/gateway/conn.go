@@ -26,6 +26,12 @@ type conn struct {
 	// Set by the handshake, before the session is bound; read-only after.
 	session int64
 	timeout time.Duration
+	// counted says the connection counts in Server.hostSessions; under
+	// Server.mu.
+	counted bool
+	// ended says the session ended (closed, or expired): it does not
+	// linger once the connection ends.
+	ended atomic.Bool
 
 	// turn is held while an op of the session is in flight, a request's
 	// or a poll's, so the session's results come in the replicas' order.
@@ -107,6 +113,10 @@ func (c *conn) handshake() error {
 	}
 	passwd := req.Passwd
 	if req.SessionID == 0 {
+		if why := c.srv.admitSession(c); why != "" {
+			c.srv.refuseSession(why)
+			return errors.New(why)
+		}
 		passwd = make([]byte, 16)
 		if _, err := rand.Read(passwd); err != nil {
 			return err
@@ -124,6 +134,16 @@ func (c *conn) handshake() error {
 	r, err := coord.ParseConnectResult(res)
 	if err != nil {
 		return err
+	}
+	if r.Status != coord.StatusOK && r.Status != coord.StatusExpired {
+		// The replicas could open no session: their session table is
+		// full. An answer without a session would tell the client that
+		// its session expired; as ZooKeeper closes a connection it
+		// cannot take, the gateway closes it unanswered, and the client
+		// tries again.
+		why := fmt.Sprintf("the replicas opened no session (%v): their session table is full", r.Status)
+		c.srv.refuseSession(why)
+		return errors.New(why)
 	}
 	resp := proto.ConnectResponse{TimeOut: r.Timeout, SessionID: r.Session, Passwd: passwd, OmitReadOnly: req.OmitReadOnly}
 	if r.Status != coord.StatusOK {
@@ -171,11 +191,11 @@ func (c *conn) readLoop() error {
 		if setsWatch(req) {
 			c.watching.Store(true)
 		}
-		if a, ok := req.(*proto.AuthPacket); ok && a.Scheme == "ip" {
-			// The replicas take an ip identity as vouched for: the
-			// gateway vouches for the address the client connects from,
-			// whatever it claims, as ZooKeeper's ip provider does.
-			a.Auth = []byte(remoteHost(c.nc))
+		if a, ok := req.(*proto.AuthPacket); ok {
+			// The replicas get the digest of a password, never the
+			// password, and take an ip identity as vouched for: the
+			// address the client connects from, whatever it claims.
+			coord.SealAuth(a, remoteHost(c.nc))
 			frame = proto.Marshal(proto.Marshal(nil, &hdr), a)
 		}
 		if !c.push(request{hdr: hdr, frame: frame, readOnly: err == nil && coord.ReadOnly(hdr.Type, req)}) {
@@ -260,6 +280,9 @@ func (c *conn) work() {
 		}
 		r, err := c.run(req)
 		<-c.turn
+		if err == nil && req.hdr.Type == proto.OpCloseSession {
+			c.ended.Store(true)
+		}
 		if c.noted.Load() {
 			c.srv.signalPoll()
 		}
@@ -308,6 +331,9 @@ func (c *conn) run(req request) (coord.SessionResult, error) {
 func (c *conn) deliver(st coord.Status, frames []byte) {
 	if z := maxZxid(frames); z > c.lastZxid.Load() {
 		c.lastZxid.Store(z)
+	}
+	if st == coord.StatusExpired {
+		c.ended.Store(true)
 	}
 	switch st {
 	case coord.StatusOK:

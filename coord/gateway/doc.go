@@ -23,8 +23,12 @@
 //     time it out (bft.Config.RequestTicks), and a client whose session
 //     timeout is shorter than that may see its connection lost and
 //     reconnect, its session intact.
-//   - It learns everything: the replicas hold every znode, ACL and session
-//     password. Confidentiality against a replica is not offered.
+//   - It learns every znode and ACL: confidentiality of data against a
+//     replica is not offered. It does not learn what would let it act as
+//     a client through a gateway: a session's password reaches the
+//     replicas hashed (coord.ConnectOp), and addauth digest's password as
+//     its digest (coord.SealAuth); a gateway hashes whatever a client
+//     gives, so neither opens a session or an identity to the replica.
 //
 // A client must not connect to a replica directly. A replica does not
 // speak ZooKeeper's protocol, and if it did, a client that trusted one
@@ -56,8 +60,8 @@
 // events and replies reach the client in the replicas' order. While it
 // serves sessions the gateway has an op ordered at least every second, a
 // poll of no session if nothing else, so that a longer gap in agreed time
-// is an outage the replicas do not count against sessions
-// (coord.Config.Outage).
+// is an outage, which the replicas count against sessions only as far as
+// a lying primary could have made it up (coord.Config.Outage).
 //
 // A gateway that uses cluster identities (Config.Notified or
 // Config.Identities) claims them and its ID on the replicas when it
@@ -69,9 +73,12 @@
 // Connections are bounded, from one client address (Config.MaxConnsPerHost,
 // 60 by default, as ZooKeeper's maxClientCnxns) and in all
 // (Config.MaxConns): a connection past either is closed at once, as
-// ZooKeeper closes one, and counted in Stats. A frame's buffer grows with
-// the bytes that arrive, not with the length the client announces; a
-// connect request may be 4 KiB, and must arrive within
+// ZooKeeper closes one, and counted in Stats. So are the sessions of one
+// client address (Config.MaxSessionsPerHost, 120 by default), those whose
+// connection ended counting until they may have expired: past it, a
+// connect for a new session is closed unanswered. A frame's buffer grows
+// with the bytes that arrive, not with the length the client announces;
+// a connect request may be 4 KiB, and must arrive within
 // Config.HandshakeTimeout.
 //
 // Memory is bounded per connection: the requests waiting

@@ -66,6 +66,14 @@ type Config struct {
 	// it is closed at once. Default DefaultMaxConnsPerHost (60, as
 	// ZooKeeper's); negative: no bound.
 	MaxConnsPerHost int
+	// MaxSessionsPerHost bounds the sessions one client address may hold
+	// through the gateway: those its connections serve, and those whose
+	// connection ended less than their timeout (and the replicas' grace
+	// for a lying primary's clock) ago, which the replicas may still
+	// hold. A connect for a new session past it is closed unanswered.
+	// Default DefaultMaxSessionsPerHost (twice DefaultMaxConnsPerHost);
+	// negative: no bound.
+	MaxSessionsPerHost int
 	// MaxConns bounds the connections open at once from all clients: a
 	// connection past it is closed at once. Default DefaultMaxConns;
 	// negative: no bound.
@@ -96,6 +104,9 @@ func (c Config) normalized() Config {
 	}
 	if c.MaxConns == 0 {
 		c.MaxConns = DefaultMaxConns
+	}
+	if c.MaxSessionsPerHost == 0 {
+		c.MaxSessionsPerHost = DefaultMaxSessionsPerHost
 	}
 	if c.HandshakeTimeout <= 0 {
 		c.HandshakeTimeout = 10 * time.Second
@@ -143,12 +154,19 @@ type Server struct {
 	failed    error // why the gateway stopped itself (fail)
 	listeners map[net.Listener]bool
 	conns     map[*conn]bool
-	perHost   map[string]int  // the connections open from each client address
-	sessions  map[int64]*conn // the connection serving each session
+	perHost   map[string]int // the connections open from each client address
+	// hostSessions counts, for each client address, the connections that
+	// serve or are opening a session; lingering are the sessions whose
+	// connection ended, by address, with when they may have expired.
+	// Config.MaxSessionsPerHost bounds the two together.
+	hostSessions map[string]int
+	lingering    map[string]map[int64]time.Time
+	lingerHost   map[int64]string // the address of each lingering session
+	sessions     map[int64]*conn  // the connection serving each session
 
-	refusedHost, refusedTotal uint64 // Stats
-	refusalLogged             time.Time
-	refusalsQuiet             uint64 // refusals since, not logged
+	refusedHost, refusedTotal, refusedSessions uint64 // Stats
+	refusalLogged                              time.Time
+	refusalsQuiet                              uint64 // refusals since, not logged
 }
 
 // New returns a gateway; it starts polling its sessions at once, and
@@ -177,7 +195,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), holder: holder,
-		listeners: make(map[net.Listener]bool), conns: make(map[*conn]bool), perHost: make(map[string]int), sessions: make(map[int64]*conn)}
+		listeners: make(map[net.Listener]bool), conns: make(map[*conn]bool), perHost: make(map[string]int), sessions: make(map[int64]*conn),
+		hostSessions: make(map[string]int), lingering: make(map[string]map[int64]time.Time), lingerHost: make(map[int64]string)}
 	if claims := cfg.Notified || len(cfg.Identities) > 0; claims {
 		if err := s.claim(ctx); err != nil {
 			cancel()
@@ -295,6 +314,11 @@ func (s *Server) bind(c *conn) bool {
 		old.kill(errors.New("session resumed on another connection"))
 	}
 	s.sessions[c.session] = c
+	if !c.counted {
+		s.hostSessions[c.host]++
+		c.counted = true
+	}
+	s.unlinger(c.session)
 	return true
 }
 
@@ -308,8 +332,16 @@ func (s *Server) forget(c *conn) {
 			delete(s.perHost, c.host)
 		}
 	}
+	if c.counted {
+		if s.hostSessions[c.host]--; s.hostSessions[c.host] <= 0 {
+			delete(s.hostSessions, c.host)
+		}
+	}
 	if c.session != 0 && s.sessions[c.session] == c {
 		delete(s.sessions, c.session)
+		if !c.ended.Load() {
+			s.linger(c)
+		}
 	}
 }
 
@@ -393,6 +425,7 @@ func (s *Server) pollOnce(tick bool) {
 		}
 	}
 	serving := len(s.sessions) > 0
+	s.pruneLingering(now)
 	s.mu.Unlock()
 	if len(due) == 0 && serving && now.Sub(time.Unix(0, s.lastOrder.Load())) >= heartbeat {
 		s.poll(nil, now)
@@ -411,7 +444,7 @@ const maxPoll = 4096
 // op ordered: a poll of no session when it has nothing else to order.
 // The gaps in agreed time then stay well under coord.Config.Outage (by
 // default half the shortest session timeout, 2s), and a longer gap is an
-// outage that no session's deadline counts.
+// outage, which sessions' deadlines count only in part.
 const heartbeat = time.Second
 
 // order has op ordered by the replicas.

@@ -104,17 +104,7 @@ func TestMaxClientCnxnsDefault(t *testing.T) {
 // holds is what it sent, and other clients are served.
 func TestConnectionLimits(t *testing.T) {
 	tc := newTestCluster(t)
-	gw, err := gateway.New(gateway.Config{Invoker: tc.client, MaxConnsPerHost: 8, MaxConns: 16, HandshakeTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gw.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go gw.Serve(ln)
-	addr := ln.Addr().String()
+	gw, addr := tc.serveGateway(gateway.Config{MaxConnsPerHost: 8, MaxConns: 16, HandshakeTimeout: 2 * time.Second})
 	from := func(ip string) *zk.Conn {
 		return tc.session(zk.Connect([]string{addr}, 10*time.Second, zk.WithLogger(quietLogger{}), zk.WithDialer(func(network, a string, timeout time.Duration) (net.Conn, error) {
 			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: timeout}

@@ -20,13 +20,23 @@ func Digest(userPassword string) string {
 	return user + ":" + base64.StdEncoding.EncodeToString(sum[:])
 }
 
+// isDigest reports whether id is what Digest returns: a user without a
+// colon, a colon, and the base64 of a SHA-1 sum.
+func isDigest(id string) bool {
+	_, sum, _ := strings.Cut(id, ":")
+	b, err := base64.StdEncoding.DecodeString(sum)
+	return strings.Contains(id, ":") && err == nil && len(b) == sha1.Size && base64.StdEncoding.EncodeToString(b) == sum
+}
+
 const identityOverhead = 32
 
 // AddAuth adds an identity to the session, as ZooKeeper's auth packet
-// does. Scheme "digest" takes "user:password" and adds the identity
-// Digest makes of it (and "super" if it is Config.SuperDigest). Scheme
-// "ip" takes an address the caller vouches for as the client's (ZooKeeper
-// takes it from the connection). Any other scheme fails with
+// does. Scheme "digest" takes the identity Digest made of the client's
+// "user:password" (the caller makes it, so that the password never
+// reaches the tree) and adds it (and "super" if it is
+// Config.SuperDigest); anything else than such a digest fails. Scheme
+// "ip" takes an address the caller vouches for as the client's
+// (ZooKeeper takes it from the connection). Any other scheme fails with
 // CodeAuthFailed, after which ZooKeeper closes the connection; so does
 // going past Config.MaxAuthBytes. Adding an identity the session has is
 // no change.
@@ -38,7 +48,10 @@ func (t *Tree) AddAuth(session int64, scheme string, auth []byte) error {
 	var ids []proto.ID
 	switch scheme {
 	case "digest":
-		d := Digest(string(auth))
+		d := string(auth)
+		if !isDigest(d) {
+			return proto.CodeAuthFailed
+		}
 		if t.cfg.SuperDigest != "" && d == t.cfg.SuperDigest {
 			ids = append(ids, proto.ID{Scheme: "super"})
 		}

@@ -53,7 +53,9 @@
 // setACL; exists checks none. Schemes: world:anyone, digest
 // ("user:base64(sha1(user:password))", see Digest), ip, and auth, which
 // stands for the session's digest identities. AddAuth gives a session
-// identities. A session's timeout is negotiated into
+// identities: for digest, the identity Digest made of the client's
+// password, never the password; a session keeps a hash of its password
+// (HashPassword), never the password. A session's timeout is negotiated into
 // [MinSessionTimeout, MaxSessionTimeout].
 //
 // # Watches
@@ -93,8 +95,12 @@
 //
 // What a client sends is bounded: data by Config.MaxDataSize, the whole
 // tree by Config.MaxTreeBytes, a session's watches by
-// Config.MaxWatchBytes and identities by Config.MaxAuthBytes, sessions
-// by Config.MaxSessions.
+// Config.MaxWatchBytes and all sessions' by Config.MaxWatchTotal (a
+// watch counts its path and 32 bytes, so the bytes bound the count,
+// whether the path exists or not), identities by Config.MaxAuthBytes,
+// sessions by Config.MaxSessions: a session holds its identities, its
+// watches and its ephemeral nodes, which count in MaxTreeBytes, so the
+// sessions' bytes are bounded too.
 //
 // # Snapshots
 //

@@ -34,7 +34,7 @@ func (h *harness) w(session int64) Write {
 // session opens session id with the default timeout request of 30 s.
 func (h *harness) session(id int64) int64 {
 	h.t.Helper()
-	if _, err := h.tr.CreateSession(h.w(id), []byte("password"), 30000); err != nil {
+	if _, err := h.tr.CreateSession(h.w(id), HashPassword([]byte("password")), 30000); err != nil {
 		h.t.Fatalf("CreateSession(%#x): %v", id, err)
 	}
 	return id

@@ -40,10 +40,10 @@ func randomOps(h *harness, seed uint64, n int) uint64 {
 		}
 		switch k := rng.IntN(20); k {
 		case 0:
-			to, err := h.tr.CreateSession(h.w(s), []byte{byte(s)}, int32(rng.IntN(50000)))
+			to, err := h.tr.CreateSession(h.w(s), HashPassword([]byte{byte(s)}), int32(rng.IntN(50000)))
 			out("session", s, to, err)
 		case 1:
-			out("auth", h.tr.AddAuth(s, "digest", fmt.Appendf(nil, "u%d:p", rng.IntN(2))))
+			out("auth", h.tr.AddAuth(s, "digest", []byte(Digest(fmt.Sprintf("u%d:p", rng.IntN(2))))))
 		case 2, 3, 16, 17, 18, 19:
 			mode, ttl := proto.ModePersistent, int64(-1)
 			if k < 16 {

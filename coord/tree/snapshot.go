@@ -11,19 +11,28 @@ import (
 	"github.com/rubin-go/rubin/coord/proto"
 )
 
-// snapshotMagic starts every snapshot; its last byte is the format's
-// version.
-const snapshotMagic = "rubinzt\x01"
+// snapshotMagic starts every snapshot, followed by a byte, the format's
+// version: snapshotVersion, or 1, which held sessions' passwords where
+// version 2 holds their hashes (HashPassword). Restore reads both.
+const (
+	snapshotMagic   = "rubinzt"
+	snapshotVersion = 2
+)
 
 // Snapshot encodes the tree canonically: the same state gives the same
 // bytes on every replica. It holds the last zxid, every znode in path
 // order (data, ACL, Stat), and every session in id order with its
-// password, timeout, deadline, identities and watches in path order.
-// Integers are big-endian, lengths and counts 4 bytes. Config is not in
-// it: replicas agree on that separately.
-func (t *Tree) Snapshot() []byte {
+// password's hash, timeout, deadline, identities and watches in path
+// order. Integers are big-endian, lengths and counts 4 bytes. Config is
+// not in it: replicas agree on that separately.
+func (t *Tree) Snapshot() []byte { return t.encode(snapshotVersion) }
+
+// encode encodes the tree in a format's version. Versions differ only
+// in what a session's password field means, not in its layout.
+func (t *Tree) encode(version byte) []byte {
 	var b []byte
 	b = append(b, snapshotMagic...)
+	b = append(b, version)
 	b = binary.BigEndian.AppendUint64(b, uint64(t.lastZxid))
 	paths := slices.Sorted(maps.Keys(t.nodes))
 	b = binary.BigEndian.AppendUint32(b, uint32(len(paths)))
@@ -52,7 +61,7 @@ func (t *Tree) Snapshot() []byte {
 	for _, id := range ids {
 		s := t.sessions[id]
 		b = binary.BigEndian.AppendUint64(b, uint64(s.id))
-		b = appendString(b, string(s.passwd))
+		b = appendString(b, string(s.passwdHash))
 		b = binary.BigEndian.AppendUint32(b, uint32(s.timeout))
 		b = binary.BigEndian.AppendUint64(b, uint64(s.deadline))
 		b = binary.BigEndian.AppendUint32(b, uint32(len(s.auth)))
@@ -84,13 +93,21 @@ var ErrSnapshot = errors.New("tree: bad snapshot")
 // ephemerals among the sessions, valid ACLs and identities, the limits of
 // cfg) and that the input is the canonical encoding of what it decodes;
 // it allocates no more than a small multiple of len(b).
+//
+// A snapshot of version 1 holds sessions' passwords: the tree keeps
+// their hashes instead, and its Snapshot is of the current version.
 func Restore(cfg Config, b []byte) (*Tree, error) {
-	t, err := decode(cfg, b)
+	t, version, err := decode(cfg, b)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSnapshot, err)
 	}
-	if !bytes.Equal(t.Snapshot(), b) {
+	if !bytes.Equal(t.encode(version), b) {
 		return nil, fmt.Errorf("%w: not in canonical form", ErrSnapshot)
+	}
+	if version == 1 {
+		for _, s := range t.sessions {
+			s.passwdHash = HashPassword(s.passwdHash)
+		}
 	}
 	return t, nil
 }
@@ -104,11 +121,23 @@ const (
 	minWatchSize   = 4 + 1
 )
 
-func decode(cfg Config, b []byte) (*Tree, error) {
+// decode decodes a snapshot and returns its format's version. The tree
+// it returns holds a version 1 snapshot's passwords as they are, where
+// hashes belong.
+func decode(cfg Config, b []byte) (*Tree, byte, error) {
 	r := &reader{b: b}
 	if string(r.next(len(snapshotMagic))) != snapshotMagic {
-		return nil, errors.New("no snapshot magic")
+		return nil, 0, errors.New("no snapshot magic")
 	}
+	version := r.u8()
+	if r.err == nil && (version < 1 || version > snapshotVersion) {
+		return nil, 0, fmt.Errorf("format version %d, not 1 to %d", version, snapshotVersion)
+	}
+	t, err := decodeBody(cfg, r, version)
+	return t, version, err
+}
+
+func decodeBody(cfg Config, r *reader, version byte) (*Tree, error) {
 	t := empty(cfg)
 	t.lastZxid = r.i64()
 	count := r.count(minNodeSize)
@@ -191,7 +220,11 @@ func decode(cfg Config, b []byte) (*Tree, error) {
 			return nil, fmt.Errorf("session %#x invalid or out of order", s.id)
 		}
 		prevID = s.id
-		s.passwd = []byte(r.str(MaxPasswordLen))
+		if version == 1 {
+			s.passwdHash = []byte(r.str(maxPasswordLen))
+		} else if s.passwdHash = []byte(r.str(PasswordHashSize)); r.err == nil && len(s.passwdHash) != PasswordHashSize {
+			return nil, fmt.Errorf("session %#x: password hash of %d bytes", s.id, len(s.passwdHash))
+		}
 		s.timeout = int32(r.u32())
 		s.deadline = r.i64()
 		if r.err == nil && s.timeout <= 0 {

@@ -18,6 +18,12 @@ type Config struct {
 	// negotiates, in milliseconds (2 and 20 ticks: 4000 and 40000).
 	MinSessionTimeout int32
 	MaxSessionTimeout int32
+	// ExpiryGrace is how long, in milliseconds, a session outlives its
+	// timeout: a touch puts its deadline that much past the time plus the
+	// timeout (default 0). The caller adds what the agreed time may be
+	// off by (see coord.Config.ClockSkew); clients are told the timeout
+	// alone.
+	ExpiryGrace int32
 	// MaxDataSize is the most data a znode holds, in bytes (0xfffff, one
 	// byte short of 1 MiB: ZooKeeper's jute.maxbuffer).
 	MaxDataSize int
@@ -26,6 +32,9 @@ type Config struct {
 	// MaxWatchBytes bounds one session's watches: the sum of its watched
 	// paths' lengths plus 32 bytes a path (4 MiB).
 	MaxWatchBytes int
+	// MaxWatchTotal bounds all sessions' watches together, counted as
+	// for MaxWatchBytes (256 MiB).
+	MaxWatchTotal int64
 	// MaxAuthBytes bounds one session's authenticated identities: the sum
 	// of their schemes' and ids' lengths plus 32 bytes an identity (4 KiB).
 	MaxAuthBytes int
@@ -66,12 +75,16 @@ func (c Config) withDefaults() Config {
 	if c.MaxWatchBytes <= 0 {
 		c.MaxWatchBytes = 4 << 20
 	}
+	if c.MaxWatchTotal <= 0 {
+		c.MaxWatchTotal = 256 << 20
+	}
 	if c.MaxTreeBytes <= 0 {
 		c.MaxTreeBytes = 1 << 30
 	}
 	if c.MaxAuthBytes <= 0 {
 		c.MaxAuthBytes = 4 << 10
 	}
+	c.ExpiryGrace = max(c.ExpiryGrace, 0)
 	return c
 }
 
@@ -128,6 +141,7 @@ type Tree struct {
 	sessions   map[int64]*session
 	watches    map[string]map[int64]struct{} // path → sessions watching it
 	recursive  int                           // recursive watches in all
+	watchTotal int64                         // all sessions' watchBytes
 	containers map[string]struct{}
 	ttls       map[string]struct{}
 	lastZxid   int64

@@ -283,26 +283,31 @@ func TestSessionTimeouts(t *testing.T) {
 	for _, c := range []struct{ ask, want int32 }{{0, 4000}, {1000, 4000}, {10000, 10000}, {100000, 40000}} {
 		h.zxid++
 		id := int64(c.ask) + 1
-		got, err := h.tr.CreateSession(Write{Session: id, Zxid: h.zxid, Time: h.now}, []byte("pw"), c.ask)
+		got, err := h.tr.CreateSession(Write{Session: id, Zxid: h.zxid, Time: h.now}, HashPassword([]byte("pw")), c.ask)
 		if got != c.want || err != nil {
 			t.Errorf("CreateSession(timeout %d) = %d, %v; want %d", c.ask, got, err, c.want)
 		}
 	}
 	h2 := newHarness(t, Config{TickTime: 500})
-	if got, _ := h2.tr.CreateSession(h2.w(1), nil, 100000); got != 10000 {
+	if got, _ := h2.tr.CreateSession(h2.w(1), HashPassword(nil), 100000); got != 10000 {
 		t.Errorf("tickTime 500: max timeout %d, want 10000", got)
 	}
 	for _, id := range []int64{0, containerOwner, -1, ttlOwner | 5} {
-		if _, err := h.tr.CreateSession(h.w(id), nil, 0); err != ErrSession {
+		if _, err := h.tr.CreateSession(h.w(id), HashPassword(nil), 0); err != ErrSession {
 			t.Errorf("CreateSession(%#x): %v, want ErrSession", id, err)
 		}
 	}
-	if _, err := h.tr.CreateSession(h.w(1), nil, 0); err != ErrSession {
+	if _, err := h.tr.CreateSession(h.w(1), HashPassword(nil), 0); err != ErrSession {
 		t.Errorf("CreateSession of a taken id: %v, want ErrSession", err)
+	}
+	for _, pw := range [][]byte{nil, []byte("password"), make([]byte, PasswordHashSize+1)} {
+		if _, err := h.tr.CreateSession(h.w(7), pw, 0); err != ErrSession {
+			t.Errorf("CreateSession with a password of %d bytes, not its hash: %v, want ErrSession", len(pw), err)
+		}
 	}
 	small := newHarness(t, Config{MaxSessions: 1})
 	small.session(1)
-	_, err := small.tr.CreateSession(small.w(2), nil, 0)
+	_, err := small.tr.CreateSession(small.w(2), HashPassword(nil), 0)
 	wantCode(t, "a session past MaxSessions", err, proto.CodeThrottled)
 }
 
@@ -336,10 +341,10 @@ func TestExpiry(t *testing.T) {
 	if err := h.tr.Touch(a, 30000); err != proto.CodeSessionExpired {
 		t.Errorf("Touch of an expired session: %v", err)
 	}
-	if _, err := h.tr.Reconnect(b, []byte("wrong"), 30000); err != proto.CodeSessionExpired {
+	if _, err := h.tr.Reconnect(b, HashPassword([]byte("wrong")), 30000); err != proto.CodeSessionExpired {
 		t.Errorf("Reconnect with a wrong password: %v", err)
 	}
-	if to, err := h.tr.Reconnect(b, []byte("password"), 45000); to != 30000 || err != nil {
+	if to, err := h.tr.Reconnect(b, HashPassword([]byte("password")), 45000); to != 30000 || err != nil {
 		t.Errorf("Reconnect = %d, %v", to, err)
 	}
 	if info, _ := h.tr.Session(b); info.Deadline != 75000 {
@@ -413,7 +418,7 @@ func TestGetACLRedactsDigests(t *testing.T) {
 	if err != nil || got[1].ID.ID != "alice:x" || got[0] != acl[0] {
 		t.Errorf("GetACL without admin = %v, %v", got, err)
 	}
-	if err := h.tr.AddAuth(s, "digest", []byte("alice:secret")); err != nil {
+	if err := h.tr.AddAuth(s, "digest", []byte(Digest("alice:secret"))); err != nil {
 		t.Fatal(err)
 	}
 	if got, _, _ = h.tr.GetACL(s, "/a"); !slices.Equal(got, acl) {
@@ -459,12 +464,15 @@ func TestDigest(t *testing.T) {
 func TestACLs(t *testing.T) {
 	h := newHarness(t, Config{SuperDigest: Digest("super:admin")})
 	alice, bob, eve, root := h.session(1), h.session(2), h.session(3), h.session(4)
-	if err := h.tr.AddAuth(alice, "digest", []byte("alice:a")); err != nil {
+	if err := h.tr.AddAuth(alice, "digest", []byte(Digest("alice:a"))); err != nil {
 		t.Fatal(err)
 	}
-	h.tr.AddAuth(bob, "digest", []byte("bob:b"))
-	h.tr.AddAuth(root, "digest", []byte("super:admin"))
+	h.tr.AddAuth(bob, "digest", []byte(Digest("bob:b")))
+	h.tr.AddAuth(root, "digest", []byte(Digest("super:admin")))
 	wantCode(t, "addauth with an unknown scheme", h.tr.AddAuth(eve, "kerberos", []byte("x")), proto.CodeAuthFailed)
+	for _, auth := range []string{"eve:pw", "eve", ":", "eve:" + strings.Repeat("A", 28), Digest("eve:pw") + "="} {
+		wantCode(t, "addauth digest of "+auth+", not a digest", h.tr.AddAuth(eve, "digest", []byte(auth)), proto.CodeAuthFailed)
+	}
 
 	// "auth" stands for alice's digest identity.
 	authACL := []proto.ACL{{Perms: proto.PermAll, ID: proto.ID{Scheme: "auth"}}}
@@ -531,7 +539,7 @@ func TestACLs(t *testing.T) {
 
 	small := newHarness(t, Config{MaxAuthBytes: 100})
 	s := small.session(1)
-	wantCode(t, "an identity within the limit", small.tr.AddAuth(s, "digest", []byte("u:p")), proto.CodeOK)
-	wantCode(t, "the same identity again", small.tr.AddAuth(s, "digest", []byte("u:p")), proto.CodeOK)
+	wantCode(t, "an identity within the limit", small.tr.AddAuth(s, "digest", []byte(Digest("u:p"))), proto.CodeOK)
+	wantCode(t, "the same identity again", small.tr.AddAuth(s, "digest", []byte(Digest("u:p"))), proto.CodeOK)
 	wantCode(t, "identities past the limit", small.tr.AddAuth(s, "digest", []byte(strings.Repeat("u", 60)+":p")), proto.CodeAuthFailed)
 }

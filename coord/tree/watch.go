@@ -29,7 +29,8 @@ const (
 )
 
 // watchOverhead is what a watch costs beyond its path's length, in
-// Config.MaxWatchBytes.
+// Config.MaxWatchBytes and MaxWatchTotal: a watch on any path costs at
+// least this, so the bytes bound the count too.
 const watchOverhead = 32
 
 // addWatch gives the session a watch of kind bit on path.
@@ -39,11 +40,12 @@ func (t *Tree) addWatch(s *session, path string, bit watchBits) error {
 		return nil
 	}
 	if old == 0 {
-		size := s.watchBytes + len(path) + watchOverhead
-		if size > t.cfg.MaxWatchBytes {
+		add := len(path) + watchOverhead
+		if s.watchBytes+add > t.cfg.MaxWatchBytes || t.watchTotal+int64(add) > t.cfg.MaxWatchTotal {
 			return proto.CodeQuotaExceeded
 		}
-		s.watchBytes = size
+		s.watchBytes += add
+		t.watchTotal += int64(add)
 		idx := t.watches[path]
 		if idx == nil {
 			idx = map[int64]struct{}{}
@@ -74,6 +76,7 @@ func (t *Tree) dropWatch(s *session, path string, bits watchBits) bool {
 	}
 	delete(s.watches, path)
 	s.watchBytes -= len(path) + watchOverhead
+	t.watchTotal -= int64(len(path) + watchOverhead)
 	idx := t.watches[path]
 	delete(idx, s.id)
 	if len(idx) == 0 {
@@ -162,8 +165,8 @@ func (t *Tree) CheckWatches(session int64, path string, typ proto.WatcherType) e
 // NodeCreated; a child watch fires NodeDeleted or, if the children
 // changed since relZxid, NodeChildrenChanged. The rest are registered.
 // An exist or persistent watch on an invalid path can never fire and is
-// dropped. Past Config.MaxWatchBytes it stops with CodeQuotaExceeded,
-// returning the events so far.
+// dropped. Past Config.MaxWatchBytes or MaxWatchTotal it stops with
+// CodeQuotaExceeded, returning the events so far.
 func (t *Tree) SetWatches(session int64, relZxid int64, data, exist, child, persistent, recursive []string) ([]Event, error) {
 	s, err := t.reader(session)
 	if err != nil {

@@ -216,3 +216,37 @@ func TestWatchKinds(t *testing.T) {
 		ev(3, proto.EventNodeDeleted, "/a/b"),
 		ev(w, proto.EventNodeChildrenChanged, "/a"))
 }
+
+// TestWatchTotal checks Config.MaxWatchTotal: sessions within their own
+// bound share the total, watches on absent paths count, a watch that
+// does not fit fails with CodeQuotaExceeded and changes nothing, and
+// the room of a session's watches is free once it ends. A snapshot
+// holding more is refused by a tree with a lower total.
+func TestWatchTotal(t *testing.T) {
+	cfg := Config{MaxWatchBytes: 100, MaxWatchTotal: 120} // a watch on /x counts 34
+	h := newHarness(t, cfg)
+	a, b := h.session(1), h.session(2)
+	for _, p := range []string{"/a", "/b"} {
+		if _, err := h.tr.Exists(a, p, true); err != proto.CodeNoNode {
+			t.Fatalf("exists %s: %v", p, err)
+		}
+	}
+	if _, err := h.tr.Exists(b, "/d", true); err != proto.CodeNoNode {
+		t.Fatalf("b's first watch: %v", err)
+	}
+	_, err := h.tr.Exists(b, "/e", true)
+	wantCode(t, "a watch past the total", err, proto.CodeQuotaExceeded)
+	wantCode(t, "a persistent watch past the total", h.tr.AddWatch(b, "/e", proto.AddWatchPersistent), proto.CodeQuotaExceeded)
+	if len(h.tr.sessions[b].watches) != 1 || h.tr.watchTotal != 3*34 {
+		t.Fatalf("after the refusals: b watches %v, %d bytes in all", h.tr.sessions[b].watches, h.tr.watchTotal)
+	}
+	if _, err := Restore(Config{MaxWatchBytes: 100, MaxWatchTotal: 100}, h.tr.Snapshot()); err == nil {
+		t.Fatal("restored 102 bytes of watches under a total of 100")
+	}
+	if _, err := h.tr.CloseSession(h.w(a)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.tr.Exists(b, "/e", true); err != proto.CodeNoNode {
+		t.Fatalf("b's watch once a ended: %v", err)
+	}
+}
