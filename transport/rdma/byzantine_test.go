@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -261,14 +263,28 @@ func (r *hostileRun) stop(t *testing.T) string {
 // outside moves single periods by several times, so a failed comparison
 // is measured afresh, up to three times in all, and the test fails only
 // if every attempt does.
+//
+// In "reconnecting", each peer the server cuts off connects again at once
+// (hostilepeers -r), and the same bounds hold: the listener refuses for a
+// while the connect requests of an address that broke the protocol
+// (penalties), so the server spends on rejects what it spent on queue
+// pairs and teardowns.
 func TestHostilePeersBesideAClient(t *testing.T) {
 	addr := rdmatest.Addr(t)
 	bin := hostilePeersTool(t)
+	t.Run("once", func(t *testing.T) { hostileAttempts(t, bin, addr) })
+	t.Run("reconnecting", func(t *testing.T) { hostileAttempts(t, bin, addr, "-r") })
+}
+
+// hostileAttempts compares the legitimate client's figures alone and
+// beside the hostile peers run with args, as TestHostilePeersBesideAClient
+// says.
+func hostileAttempts(t *testing.T, bin, addr string, args ...string) {
 	const rounds, attempts = 3, 3
 	for attempt := 1; ; attempt++ {
 		var alone, attacked echoFigures
 		for round := range rounds {
-			a, b := hostileRound(t, bin, addr, fmt.Sprintf("attempt %d round %d", attempt, round))
+			a, b := hostileRound(t, bin, addr, fmt.Sprintf("attempt %d round %d", attempt, round), args...)
 			alone.add(a)
 			attacked.add(b)
 		}
@@ -286,9 +302,9 @@ func TestHostilePeersBesideAClient(t *testing.T) {
 }
 
 // hostileRound measures a fresh legitimate client alone and then beside
-// the hostile peers, and checks that the server counted their protocol
+// the hostile peers (run with args), and checks that the server counted their protocol
 // errors, kept its pool in bounds, and still serves the client.
-func hostileRound(t *testing.T, bin, addr, name string) (alone, attacked echoFigures) {
+func hostileRound(t *testing.T, bin, addr, name string, args ...string) (alone, attacked echoFigures) {
 	t.Helper()
 	server, err := New(Config{})
 	if err != nil {
@@ -343,7 +359,7 @@ func hostileRound(t *testing.T, bin, addr, name string) (alone, attacked echoFig
 		return f
 	}
 	alone = measure("alone")
-	run := startHostilePeers(t, bin, l.Addr().String())
+	run := startHostilePeers(t, bin, l.Addr().String(), args...)
 	attacked = measure("beside the hostile peers")
 	counts := run.stop(t)
 	// Three floods and two reserved immediates; the 1 MiB messages break
@@ -358,4 +374,55 @@ func hostileRound(t *testing.T, bin, addr, name string) (alone, attacked echoFig
 		t.Fatalf("%s: the legitimate client after the hostile peers: %v", name, err)
 	}
 	return alone, attacked
+}
+
+// TestViolatorRefusedForAWhile: once a peer broke the protocol (two peers
+// of testdata/hostilepeers.c set reserved immediate bits, and connect
+// again each time they are cut off), the listener refuses connect requests
+// from its address, says why, and takes them again once the penalty ran
+// out.
+func TestViolatorRefusedForAWhile(t *testing.T) {
+	addr := rdmatest.Addr(t)
+	ip, err := netip.ParseAddr(addr)
+	if err != nil {
+		t.Skipf("the RDMA address %q is not an IP address", addr)
+	}
+	bin := hostilePeersTool(t)
+	server, _ := newTransport(t, Config{})
+	client, _ := newTransport(t, Config{})
+	l, err := server.Listen(context.Background(), net.JoinHostPort(addr, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	echoServer(t, l)
+	run := startHostilePeers(t, bin, l.Addr().String(), "-k", "r", "-r")
+	// Each violation after a penalty ran out doubles the next: wait for
+	// one long enough that a dial surely falls into it.
+	for deadline := time.Now().Add(20 * time.Second); server.penalties.refused(ip, time.Now()) < 2*maxHold; {
+		if time.Now().After(deadline) {
+			t.Fatalf("no penalty of %v after 20 s of violations (protocol errors: %d)", 2*maxHold, server.Stats().ProtocolErrors)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	dial := func() (*Conn, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return client.Dial(ctx, l.Addr().String())
+	}
+	if c, err := dial(); err == nil {
+		c.Close()
+		t.Fatal("a connect request from the violators' address was accepted during its penalty")
+	}
+	if _, why := server.Rejects(); why == nil || !strings.Contains(why.Error(), "broke the protocol") {
+		t.Fatalf("the last reject says %v, want that the address broke the protocol", why)
+	}
+	run.stop(t)
+	time.Sleep(server.penalties.refused(ip, time.Now()))
+	c, err := dial()
+	if err != nil {
+		t.Fatalf("refused after the penalty ran out: %v", err)
+	}
+	defer c.Close()
+	roundTrip(t, c, 64)
 }

@@ -9,6 +9,7 @@ package rdma
 import (
 	"errors"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,7 +46,8 @@ type Conn struct {
 	blocking atomic.Bool
 	max      atomic.Int64 // largest message in either direction
 	reg      atomic.Pointer[selector.Registration]
-	listener *Listener // for a passive connection until it is accepted
+	listener *Listener  // for a passive connection until it is accepted
+	from     netip.Addr // a passive connection's peer address, penalized for its violations
 
 	// Guarded by cm.mu: an active connection makes its queue pair when
 	// its route is resolved, on the completion queue of the selector it is

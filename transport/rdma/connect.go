@@ -205,6 +205,14 @@ func (c *Conn) setupQP(sel *selector.Selector) error {
 	return nil
 }
 
+// violated counts a protocol error of the peer's, which the caller cuts
+// the connection for, and penalizes its address if it connected to us
+// (see penalties).
+func (c *Conn) violated() {
+	c.t.protoErrs.Add(1)
+	c.t.penalties.violated(c.from, time.Now())
+}
+
 // established completes the connection's handshake with the peer's hello.
 func (c *Conn) established(private []byte, sink *selector.Sink) {
 	c.mu.Lock()
@@ -214,7 +222,7 @@ func (c *Conn) established(private []byte, sink *selector.Sink) {
 	c.mu.Unlock()
 	h, err := decodeHello(private)
 	if err != nil {
-		c.t.protoErrs.Add(1)
+		c.violated()
 		c.connectFailed(err, sink)
 		return
 	}
@@ -230,7 +238,7 @@ func (c *Conn) established(private []byte, sink *selector.Sink) {
 	c.maxCredits = h.maxCredits
 	if c.credits > c.maxCredits || c.ctrl > ctrlCredits {
 		c.mu.Unlock()
-		c.t.protoErrs.Add(1)
+		c.violated()
 		c.connectFailed(fmt.Errorf("rdma: peer granted more credits than it announced"), sink)
 		return
 	}

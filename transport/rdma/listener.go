@@ -5,6 +5,7 @@ package rdma
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -36,8 +37,12 @@ type Listener struct {
 	// the listener's event channel, which their IDs came from.
 	accepting sync.WaitGroup
 
+	// done is closed by Close: held refusals (refuseLater) are sent then.
+	done chan struct{}
+
 	mu       sync.Mutex // guards the fields below
 	closed   bool
+	held     int                // refusals refuseLater holds back
 	inflight int                // connect requests being set up
 	pending  map[*Conn]struct{} // accepted, handshake not finished
 	ready    []*Conn            // connected, waiting for Accept
@@ -45,7 +50,7 @@ type Listener struct {
 }
 
 func (t *Transport) listen(laddr *Addr) (*Listener, error) {
-	l := &Listener{t: t, pending: make(map[*Conn]struct{})}
+	l := &Listener{t: t, pending: make(map[*Conn]struct{}), done: make(chan struct{})}
 	cm, err := newCMEvents(t, l)
 	if err != nil {
 		return nil, opError("listen", laddr, err)
@@ -87,6 +92,11 @@ func (l *Listener) handleEvent(ev *verbs.Event, sink *selector.Sink) {
 		return
 	}
 	id := ev.ID
+	from := peerIP(id.PeerAddr())
+	if left := l.t.penalties.refused(from, time.Now()); left > 0 {
+		l.refuseLater(id, min(left, maxHold), fmt.Errorf("%v broke the protocol: its connect requests are refused for %v more", from, left.Round(time.Millisecond)))
+		return
+	}
 	l.mu.Lock()
 	full := l.closed || l.inflight+len(l.pending)+len(l.ready) >= backlog
 	if !full {
@@ -97,6 +107,7 @@ func (l *Listener) handleEvent(ev *verbs.Event, sink *selector.Sink) {
 	_, err := decodeHello(ev.Private)
 	if err != nil {
 		l.t.protoErrs.Add(1)
+		l.t.penalties.violated(from, time.Now())
 	} else if full {
 		err = fmt.Errorf("backlog of %d full, or listener closed", backlog)
 	}
@@ -107,7 +118,47 @@ func (l *Listener) handleEvent(ev *verbs.Event, sink *selector.Sink) {
 		l.rejected(id, err)
 		return
 	}
-	go l.accept(id, append([]byte(nil), ev.Private...))
+	go l.accept(id, from, append([]byte(nil), ev.Private...))
+}
+
+// maxHold and maxHeld bound the refusals refuseLater holds back: how
+// long each, and how many at once.
+const (
+	maxHold = time.Second
+	maxHeld = 64
+)
+
+// refuseLater rejects the connect request on id after hold, or at once
+// if maxHeld refusals are held already or the listener closes. A peer
+// whose request waits for its answer asks nothing else meanwhile: a
+// penalized peer that connects again as soon as it is refused (see
+// penalties) so asks at most once per hold, instead of as fast as the
+// server can refuse.
+func (l *Listener) refuseLater(id verbs.ID, hold time.Duration, why error) {
+	l.mu.Lock()
+	later := !l.closed && l.held < maxHeld
+	if later {
+		l.held++
+		l.accepting.Add(1)
+	}
+	l.mu.Unlock()
+	if !later {
+		l.rejected(id, why)
+		return
+	}
+	go func() {
+		defer l.accepting.Done()
+		timer := time.NewTimer(hold)
+		select {
+		case <-timer.C:
+		case <-l.done:
+			timer.Stop()
+		}
+		l.rejected(id, why)
+		l.mu.Lock()
+		l.held--
+		l.mu.Unlock()
+	}()
 }
 
 // testHookAccept, if set, runs at the start of every accept's setup.
@@ -122,7 +173,7 @@ func (l *Listener) acceptDone() {
 }
 
 // accept sets up the connection a peer asked for on id with its hello.
-func (l *Listener) accept(id verbs.ID, hello []byte) {
+func (l *Listener) accept(id verbs.ID, from netip.Addr, hello []byte) {
 	defer l.acceptDone()
 	if hook := testHookAccept.Load(); hook != nil {
 		(*hook)(l)
@@ -140,6 +191,7 @@ func (l *Listener) accept(id verbs.ID, hello []byte) {
 	}
 	c.id = id
 	c.listener = l
+	c.from = from
 	var sel *selector.Selector
 	if r := l.reg.Load(); r != nil {
 		sel = r.Selector()
@@ -283,6 +335,7 @@ func (l *Listener) Close() error {
 	clear(l.pending)
 	l.acceptq.wake()
 	l.mu.Unlock()
+	close(l.done)
 	if r := l.reg.Load(); r != nil {
 		r.Key().Cancel()
 	}

@@ -81,6 +81,9 @@ func (c *Conn) onRecv(wc *verbs.WC, buf *bufpool.Buffer, sink *selector.Sink) {
 	}
 	if wc.Status != verbs.WCSuccess {
 		buf.Release()
+		if wc.Status == verbs.WCLocLenErr {
+			c.violated() // a message larger than the hello allowed
+		}
 		if wc.Status != verbs.WCFlushErr || !c.draining {
 			c.failLocked(completionError("receive", wc))
 		}
@@ -94,7 +97,7 @@ func (c *Conn) onRecv(wc *verbs.WC, buf *bufpool.Buffer, sink *selector.Sink) {
 	c.postReceives()
 	ops, err := c.receivedLocked(wc, buf)
 	if err != nil {
-		c.t.protoErrs.Add(1)
+		c.violated()
 		c.failLocked(err)
 		c.mu.Unlock()
 		c.signal(selectionkey.OpRead|selectionkey.OpWrite, sink)

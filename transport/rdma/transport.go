@@ -53,6 +53,7 @@ type Transport struct {
 	asyncEvents                    atomic.Uint64 // devices' asynchronous events read
 	rejects                        atomic.Uint64 // connect requests our listeners turned down
 	lastReject                     atomic.Pointer[error]
+	penalties                      penalties // addresses whose connect requests are refused
 }
 
 // Rejects returns how many connect requests the transport's listeners

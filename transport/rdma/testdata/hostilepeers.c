@@ -18,7 +18,8 @@
 // nothing while they wait. With -k, only the kinds named by their
 // initials (say -k fn) attack; the others hold. After -s seconds (default
 // 10), or on SIGTERM, all disconnect. It prints "ready" once all twelve
-// have connected, and at the end one line of counts.
+// have connected, and at the end one line of counts (with -r, the connect
+// requests refused are counted there, not reported one by one).
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -47,7 +48,7 @@ static const char *only; // -k: the kinds to run, by initial (f, b, n, r, h)
 static int repeat, busy;
 static double deadline;
 static volatile sig_atomic_t stopping; // SIGTERM: disconnect and report
-static atomic_int attempts, established, cut, sends_failed;
+static atomic_int attempts, established, cut, sends_failed, refused;
 
 static void stop(int sig) {
 	(void)sig;
@@ -239,6 +240,12 @@ static void *peer(void *arg) {
 		if (rc == 1)
 			break;
 		if (rc < 0) {
+			// Reconnecting, a refusal is what a server should answer,
+			// and the peer asks again at once.
+			if (repeat) {
+				atomic_fetch_add(&refused, 1);
+				continue;
+			}
 			fprintf(stderr, "hostilepeers: %s peer could not connect\n", names[k]);
 			usleep(100000);
 		} else if (!repeat) {
@@ -271,7 +278,7 @@ int main(int argc, char **argv) {
 		pthread_create(&th[i], NULL, peer, (void *)i);
 	for (int i = 0; i < 12; i++)
 		pthread_join(th[i], NULL);
-	printf("connects %d established %d cut %d send-errors %d\n", attempts, established, cut, sends_failed);
+	printf("connects %d established %d cut %d send-errors %d refused %d\n", attempts, established, cut, sends_failed, refused);
 	return 0;
 usage:
 	fprintf(stderr, "usage: hostilepeers [-s seconds] [-r] [-b] [-k kinds] host port\n");

@@ -179,10 +179,11 @@ type WC struct {
 
 // Completion opcodes and the success status.
 const (
-	WCSend     = C.IBV_WC_SEND
-	WCRecv     = C.IBV_WC_RECV
-	WCSuccess  = C.IBV_WC_SUCCESS
-	WCFlushErr = C.IBV_WC_WR_FLUSH_ERR
+	WCSend      = C.IBV_WC_SEND
+	WCRecv      = C.IBV_WC_RECV
+	WCSuccess   = C.IBV_WC_SUCCESS
+	WCFlushErr  = C.IBV_WC_WR_FLUSH_ERR
+	WCLocLenErr = C.IBV_WC_LOC_LEN_ERR // a message longer than its receive
 )
 
 // StatusString names a completion status, as ibv_wc_status_str does.
