@@ -1,0 +1,8 @@
+//go:build !linux
+
+package ledger
+
+import "os"
+
+// datasync is fsync where fdatasync is not to be had.
+func datasync(f *os.File) error { return f.Sync() }
