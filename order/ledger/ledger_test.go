@@ -205,7 +205,7 @@ type stream struct {
 	recs   [][2]int
 }
 
-func readStream(t *testing.T, dir string) *stream {
+func readStream(t testing.TB, dir string) *stream {
 	t.Helper()
 	s := &stream{}
 	pos := 0
