@@ -10,8 +10,8 @@
 // (default 64 MiB; a segment holds at least one block, so a large block
 // makes a segment larger). A record is a 32-byte header (a magic, the
 // block's size, its number, the ledger's durable height when it was
-// written, a CRC-32C of the block, and a CRC-32C of the header and the
-// record's file offset) followed by the block. Nothing else is stored:
+// written, a CRC-32C of the block, and a CRC-32C of the header that
+// depends on the record's file offset) followed by the block. Nothing else is stored:
 // no index file.
 //
 // # Index

@@ -16,7 +16,7 @@ import (
 //	 8  block number, uint64
 //	16  synced: the ledger's durable height when the record was written
 //	24  CRC-32C of the block
-//	28  CRC-32C of bytes 0-27 and the record's file offset (uint64)
+//	28  CRC-32C of bytes 0-27, started from the record's file offset
 //
 // All integers are little-endian. The offset in the header checksum keeps
 // a header that sits inside a block (a block may hold a ledger) from
@@ -45,10 +45,11 @@ func putHeader(b []byte, h header, off int64) {
 	binary.LittleEndian.PutUint32(b[28:], headerSum(b, off))
 }
 
+// headerSum is the CRC-32C of a header's first 28 bytes, started from
+// the record's offset rather than from zero: the same bytes at another
+// offset in a segment (below 4 GiB) have another sum.
 func headerSum(b []byte, off int64) uint32 {
-	var o [8]byte
-	binary.LittleEndian.PutUint64(o[:], uint64(off))
-	return crc32.Update(crc32.Checksum(b[:28], castagnoli), castagnoli, o[:])
+	return crc32.Update(uint32(off)^uint32(off>>32), castagnoli, b[:28])
 }
 
 // parseHeader decodes the header at the start of b, read from offset off;
