@@ -1,0 +1,59 @@
+package ledger
+
+import (
+	"testing"
+)
+
+// BenchmarkAppendSync appends 64 KiB blocks, synced one by one ("each")
+// or sixteen to a Sync ("batch16"). The ledger is in the test's
+// temporary directory: TMPDIR picks the disk.
+func BenchmarkAppendSync(b *testing.B) {
+	block := make([]byte, 64<<10)
+	for _, bc := range []struct {
+		name  string
+		batch uint64
+	}{{"each", 1}, {"batch16", 16}} {
+		b.Run(bc.name, func(b *testing.B) {
+			l := open(b, b.TempDir(), Options{})
+			defer l.Close()
+			b.SetBytes(int64(len(block)))
+			b.ReportAllocs()
+			n := uint64(0)
+			for b.Loop() {
+				if err := l.Append(n, block); err != nil {
+					b.Fatal(err)
+				}
+				n++
+				if n%bc.batch == 0 {
+					if err := l.Sync(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ReportMetric(float64(n/bc.batch)/b.Elapsed().Seconds(), "syncs/s")
+		})
+	}
+}
+
+// BenchmarkBlock reads 64 KiB blocks back, in order, from a ledger of
+// 256 of them (16 MiB, in the page cache).
+func BenchmarkBlock(b *testing.B) {
+	const n = 256
+	l := open(b, b.TempDir(), Options{})
+	defer l.Close()
+	block := make([]byte, 64<<10)
+	for i := uint64(0); i < n; i++ {
+		if err := l.Append(i, block); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetBytes(int64(len(block)))
+	b.ReportAllocs()
+	i := uint64(0)
+	for b.Loop() {
+		if _, err := l.Block(i % n); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
