@@ -2,10 +2,12 @@ package ledger
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -290,5 +292,52 @@ func TestCrashAtEveryByte(t *testing.T) {
 			checkBlocks(t, l, n+1)
 			l.Close()
 		}
+	}
+}
+
+// TestWait: Wait returns once the block is appended, at once for a block
+// there, with ctx's error, and with os.ErrClosed when the Ledger closes
+// under a waiter.
+func TestWait(t *testing.T) {
+	l := open(t, t.TempDir(), small)
+	ctx := context.Background()
+	got := make(chan error, 1)
+	go func() { got <- l.Wait(ctx, 4) }()
+	for i := uint64(0); i < 5; i++ {
+		select {
+		case err := <-got:
+			t.Fatalf("wait for block 4 returned %v at height %d", err, i)
+		default:
+		}
+		appendRange(t, l, i, i+1)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("wait for block 4: %v", err)
+	}
+	if err := l.Wait(ctx, 2); err != nil {
+		t.Fatalf("wait for block 2 at height 5: %v", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := l.Wait(cctx, 5); !errors.Is(err, context.Canceled) {
+		t.Fatalf("wait with a canceled context: %v", err)
+	}
+	appendRange(t, l, 5, 6) // takes the channel the canceled Wait left
+	go func() { got <- l.Wait(ctx, 6) }()
+	for {
+		l.mu.RLock()
+		waiting := l.grown != nil
+		l.mu.RUnlock()
+		if waiting {
+			break
+		}
+		runtime.Gosched()
+	}
+	l.Close()
+	if err := <-got; !errors.Is(err, os.ErrClosed) {
+		t.Fatalf("wait across Close: %v, want os.ErrClosed", err)
+	}
+	if err := l.Wait(ctx, 0); err != nil {
+		t.Fatalf("wait for a block there after Close: %v", err)
 	}
 }
