@@ -306,3 +306,23 @@ func appendUntilKilled(dir string) {
 		}
 	}
 }
+
+// TestFileShrunk: a segment cut short under an open Ledger makes Block of
+// the blocks lost ErrCorrupt, naming the file and offset.
+func TestFileShrunk(t *testing.T) {
+	dir := written(t, small, 20)
+	s := readStream(t, dir)
+	l := open(t, dir, small)
+	defer l.Close()
+	name := filepath.Join(dir, s.names[0])
+	if err := os.Truncate(name, int64(s.recs[1][1]-1)); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := l.Block(0); err != nil || !bytes.Equal(b, blockData(0)) {
+		t.Fatalf("block 0: %q, %v", b, err)
+	}
+	where := fmt.Sprintf("%s at offset %d", name, s.recs[1][0])
+	if _, err := l.Block(1); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), where) {
+		t.Fatalf("block 1, cut short: %v, want ErrCorrupt naming %q", err, where)
+	}
+}

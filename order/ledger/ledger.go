@@ -74,6 +74,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -453,7 +454,9 @@ func (l *Ledger) Block(n uint64) ([]byte, error) {
 	l.mu.RUnlock()
 
 	b := make([]byte, end-off)
-	if _, err := s.f.ReadAt(b, off); err != nil {
+	if _, err := s.f.ReadAt(b, off); errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: %s at offset %d: block %d: the file ends inside the record", ErrCorrupt, s.name, off, n)
+	} else if err != nil {
 		return nil, fmt.Errorf("ledger: block %d: %w", n, err)
 	}
 	h, why := parseHeader(b, off, l.opt.MaxBlock)
