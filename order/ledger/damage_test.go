@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -324,5 +325,55 @@ func TestFileShrunk(t *testing.T) {
 	where := fmt.Sprintf("%s at offset %d", name, s.recs[1][0])
 	if _, err := l.Block(1); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), where) {
 		t.Fatalf("block 1, cut short: %v, want ErrCorrupt naming %q", err, where)
+	}
+}
+
+// TestFullDisk fills a 256 KiB tmpfs: the write that does not fit fails
+// with ENOSPC, every later Append and Sync with ErrBroken, and a reopen
+// finds every synced block and only blocks appended. Needs root for the
+// mount; skipped otherwise.
+func TestFullDisk(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("mount tmpfs: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", mnt).Run() })
+	dir := filepath.Join(mnt, "ledger")
+	opt := Options{SegmentSize: 64 << 10}
+	l := open(t, dir, opt)
+	var synced uint64
+	var err error
+	for i := uint64(0); i < 1000 && err == nil; i++ {
+		if err = l.Append(i, crashBlock(i)); err == nil && i%3 == 2 {
+			if err = l.Sync(); err == nil {
+				synced = i + 1
+			}
+		}
+	}
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("filling the disk: %v at height %d, want ENOSPC", err, l.Height())
+	}
+	if err := l.Append(l.Height(), []byte("x")); !errors.Is(err, ErrBroken) {
+		t.Fatalf("append after ENOSPC: %v, want ErrBroken", err)
+	}
+	if err := l.Sync(); !errors.Is(err, ErrBroken) {
+		t.Fatalf("sync after ENOSPC: %v, want ErrBroken", err)
+	}
+	if err := l.Close(); !errors.Is(err, ErrBroken) {
+		t.Fatalf("close after ENOSPC: %v, want ErrBroken", err)
+	}
+	l = open(t, dir, opt)
+	defer l.Close()
+	h := l.Height()
+	if h < synced {
+		t.Fatalf("height %d after ENOSPC, %d were synced", h, synced)
+	}
+	for i := uint64(0); i < h; i++ {
+		if b, err := l.Block(i); err != nil || !bytes.Equal(b, crashBlock(i)) {
+			t.Fatalf("block %d of %d: %d bytes, %v", i, h, len(b), err)
+		}
 	}
 }
