@@ -57,3 +57,28 @@ func BenchmarkBlock(b *testing.B) {
 		i++
 	}
 }
+
+// BenchmarkOpen opens a ledger of 16 MiB of 64 KiB blocks in four
+// segments: the headers of three are read, the last one whole.
+func BenchmarkOpen(b *testing.B) {
+	opt := Options{SegmentSize: 4 << 20}
+	dir := b.TempDir()
+	l := open(b, dir, opt)
+	block := make([]byte, 64<<10)
+	for i := uint64(0); i < 256; i++ {
+		if err := l.Append(i, block); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		l := open(b, dir, opt)
+		if h := l.Height(); h != 256 {
+			b.Fatalf("height %d", h)
+		}
+		l.Close()
+	}
+}
