@@ -21,6 +21,8 @@ var (
 	ErrOrder = errors.New("ledger: block out of order")
 	// ErrTooLarge: Append of a block above Options.MaxBlock.
 	ErrTooLarge = errors.New("ledger: block too large")
+	// ErrInUse: Open of a directory another Ledger has open.
+	ErrInUse = errors.New("ledger: directory in use by another open Ledger")
 	// ErrBroken: an earlier write or fdatasync failed; the Ledger takes
 	// no more.
 	ErrBroken = errors.New("ledger: broken by an earlier failure")
@@ -57,7 +59,7 @@ type segment struct {
 
 // Ledger is an open block store.
 type Ledger struct {
-	dir string
+	dir *os.File // open, holding the directory's lock
 	opt Options
 
 	wmu    sync.Mutex // serializes the writer: Append, Sync, Close
@@ -281,6 +283,9 @@ func (l *Ledger) Close() error {
 		if cerr := s.f.Close(); err == nil {
 			err = cerr
 		}
+	}
+	if cerr := l.dir.Close(); err == nil {
+		err = cerr
 	}
 	l.mu.Unlock()
 	return err

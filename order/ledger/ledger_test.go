@@ -341,3 +341,22 @@ func TestWait(t *testing.T) {
 		t.Fatalf("wait for a block there after Close: %v", err)
 	}
 }
+
+// TestOpenTwice: while a Ledger is open, a second Open of its directory
+// fails; after Close it succeeds.
+func TestOpenTwice(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the directory lock is flock(2), taken on Linux only")
+	}
+	dir := t.TempDir()
+	l := open(t, dir, small)
+	if l2, err := Open(dir); !errors.Is(err, ErrInUse) {
+		if l2 != nil {
+			l2.Close()
+		}
+		t.Fatalf("second open: %v, want ErrInUse", err)
+	}
+	l.Close()
+	l = open(t, dir, small)
+	l.Close()
+}

@@ -18,7 +18,8 @@ func Open(dir string) (*Ledger, error) { return OpenOptions(dir, Options{}) }
 // syncing its parent). It indexes and checks every segment, cuts a torn
 // tail off the last one and syncs it (see Recovery in the package doc);
 // damage that is not a torn tail is ErrCorrupt, naming the file and
-// offset.
+// offset. On Linux it locks the directory (flock(2)) until Close: a
+// second Open of it, by this process or another, fails.
 func OpenOptions(dir string, opt Options) (*Ledger, error) {
 	if opt.SegmentSize <= 0 {
 		opt.SegmentSize = DefaultSegmentSize
@@ -33,19 +34,24 @@ func OpenOptions(dir string, opt Options) (*Ledger, error) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
 		}
-		if err := syncDir(filepath.Dir(dir)); err != nil {
+		if err := syncParent(dir); err != nil {
 			return nil, err
 		}
 	}
-	firsts, err := listSegments(dir)
+	d, err := os.Open(dir)
 	if err != nil {
 		return nil, err
 	}
-	l := &Ledger{dir: dir, opt: opt}
-	if err := l.load(firsts); err != nil {
+	if err := lockDir(d); err != nil {
+		d.Close()
+		return nil, err
+	}
+	l := &Ledger{dir: d, opt: opt}
+	if err := l.load(); err != nil {
 		for _, s := range l.segs {
 			s.f.Close()
 		}
+		d.Close()
 		return nil, err
 	}
 	l.synced = l.height
@@ -79,9 +85,13 @@ func segName(dir string, first uint64) string {
 	return filepath.Join(dir, fmt.Sprintf("%s%020d", segPrefix, first))
 }
 
-// load opens and checks the segments starting at firsts, or creates the
-// first one.
-func (l *Ledger) load(firsts []uint64) error {
+// load opens and checks the directory's segments, or creates the first
+// one.
+func (l *Ledger) load() error {
+	firsts, err := listSegments(l.dir.Name())
+	if err != nil {
+		return err
+	}
 	if len(firsts) == 0 {
 		s, err := createSegment(l.dir, 0)
 		if err != nil {
@@ -92,14 +102,14 @@ func (l *Ledger) load(firsts []uint64) error {
 	}
 	for i, first := range firsts {
 		if first != l.height {
-			return fmt.Errorf("%w: %s: segment starts at block %d, the blocks before it end at %d", ErrCorrupt, segName(l.dir, first), first, l.height)
+			return fmt.Errorf("%w: %s: segment starts at block %d, the blocks before it end at %d", ErrCorrupt, segName(l.dir.Name(), first), first, l.height)
 		}
 		last := i == len(firsts)-1
 		flag := os.O_RDONLY
 		if last {
 			flag = os.O_RDWR
 		}
-		f, err := os.OpenFile(segName(l.dir, first), flag, 0)
+		f, err := os.OpenFile(segName(l.dir.Name(), first), flag, 0)
 		if err != nil {
 			return err
 		}
@@ -163,8 +173,10 @@ func (l *Ledger) index(s *segment, last bool) error {
 	return s.f.Sync()
 }
 
-func createSegment(dir string, first uint64) (*segment, error) {
-	name := segName(dir, first)
+// createSegment creates the segment starting at block first in the open
+// directory dir and syncs dir.
+func createSegment(dir *os.File, first uint64) (*segment, error) {
+	name := segName(dir.Name(), first)
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return nil, err
@@ -176,14 +188,20 @@ func createSegment(dir string, first uint64) (*segment, error) {
 	return &segment{first: first, name: name, f: f}, nil
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
+// syncDir fsyncs the open directory d.
+func syncDir(d *os.File) error {
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("ledger: fsync directory %s: %w", d.Name(), err)
+	}
+	return nil
+}
+
+// syncParent fsyncs the directory holding dir, which was just created.
+func syncParent(dir string) error {
+	p, err := os.Open(filepath.Dir(dir))
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("ledger: fsync directory %s: %w", dir, err)
-	}
-	return nil
+	defer p.Close()
+	return syncDir(p)
 }
