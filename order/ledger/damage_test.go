@@ -231,7 +231,7 @@ func crashBlock(i uint64) []byte {
 	return bytes.Repeat([]byte(strconv.FormatUint(i, 10)+","), 1000+int(i%50)*40)
 }
 
-// TestKillWhileAppending kills (SIGKILL) a process appending 4-8 KiB
+// TestKillWhileAppending kills (SIGKILL) a process appending 2-15 KiB
 // blocks at a random moment, a few times over, and opens what it left:
 // every block it had synced is there, and every block there is one it
 // appended. A process kill leaves the page cache, so this checks the
