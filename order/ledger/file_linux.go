@@ -9,7 +9,9 @@ import (
 )
 
 // datasync is fdatasync(2): f's data and the metadata needed to read it
-// back (its size), not its timestamps.
+// back (its size), not its timestamps. It uses f's descriptor without
+// holding it open: the caller keeps f from being closed meanwhile (the
+// Ledger's writer lock, which Close takes too).
 func datasync(f *os.File) error {
 	for {
 		if err := unix.Fdatasync(int(f.Fd())); err != unix.EINTR {
