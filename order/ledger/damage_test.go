@@ -53,7 +53,7 @@ func TestBitFlips(t *testing.T) {
 	for k, r := range s.recs {
 		if r[0] >= s.starts[last] {
 			b := s.files[last][r[0]-s.starts[last]:]
-			h, _ := parseHeader(b, int64(r[0]-s.starts[last]), DefaultMaxBlock)
+			h, _ := s.hk.parseHeader(b, int64(r[0]-s.starts[last]), DefaultMaxBlock)
 			lastRecs = append(lastRecs, uint64(k))
 			synced = append(synced, h.synced)
 		}
@@ -153,7 +153,7 @@ func TestTornWindow(t *testing.T) {
 			b := bytes.Clone(s.files[0])
 			r := s.recs[tc.block]
 			clear(b[r[0]+tc.from : r[1]])
-			os.WriteFile(filepath.Join(dir, s.names[0]), b, 0o644)
+			s.writeFirst(t, dir, b)
 			l, err := Open(dir)
 			if tc.height == 0 {
 				where := fmt.Sprintf("offset %d", r[0])
@@ -408,7 +408,7 @@ func TestVouchAcrossChunks(t *testing.T) {
 	b := bytes.Clone(s.files[0])
 	b[headerSize] ^= 1 // block 0's first byte
 	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, s.names[0]), b, 0o644)
+	s.writeFirst(t, dir, b)
 	_, err := Open(dir)
 	if want := fmt.Sprintf("block 2 at offset %d", at); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("open: %v, want ErrCorrupt citing %q", err, want)

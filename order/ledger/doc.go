@@ -3,16 +3,42 @@
 //
 // # Layout
 //
-// A directory holds segment files named blocks-N, N the number of the
-// segment's first block in 20 decimal digits (so names sort like
-// numbers). Blocks are appended to the last segment; a new one is started
-// when the next record would carry the last past Options.SegmentSize
-// (default 64 MiB; a segment holds at least one block, so a large block
-// makes a segment larger). A record is a 32-byte header (a magic, the
-// block's size, its number, the ledger's durable height when it was
-// written, a CRC-32C of the block, and a CRC-32C of the header that
-// depends on the record's file offset) followed by the block. Nothing
-// else is stored: there is no index file.
+// A directory holds a key file, named key, and segment files named
+// blocks-N, N the number of the segment's first block in 20 decimal
+// digits (so names sort like numbers). Blocks are appended to the last
+// segment; a new one is started when the next record would carry the last
+// past Options.SegmentSize (default 64 MiB; a segment holds at least one
+// block, so a large block makes a segment larger). A record is a 36-byte
+// header (a magic, the block's size, its number, the ledger's durable
+// height when it was written, a CRC-32C of the block, and a tag keyed by
+// the ledger's key that depends on the record's file offset) followed by
+// the block. Nothing else is stored: there is no index file.
+//
+// # Key
+//
+// Blocks hold bytes chosen by clients, who may be Byzantine, and a
+// client that can predict where its block will land in a segment can put
+// in it bytes laid out like a record header. Recovery (below) searches
+// the bytes after a damaged record for intact records, and one that says
+// the damaged block was synced makes Open fail: with headers anyone could
+// compute, a client could thus make an orderer whose last record before
+// that block was torn by a crash refuse to restart. So a header's tag is
+// keyed: the first 8 bytes of HMAC-SHA256, under a 32-byte random key,
+// of the record's offset and the header's other fields.
+//
+// The key is made when the ledger is created (crypto/rand) and kept in
+// the key file (mode 0600, checksummed, written and synced before the
+// first segment), and never leaves the machine: clients see blocks, never
+// headers or the key. A forger can only guess tags, and its guesses are
+// tested only by a crash tearing a record just before them: a segment
+// holds at most one guess per 4 bytes (a magic cannot overlap itself),
+// so with the defaults (segments below 256 MiB) fewer than 2^26 guesses
+// a crash, each right with chance 2^-64: one crash in 2^38 or more (a
+// 32-bit tag would fall to one crash in 64). A missing or damaged key
+// file, while segments exist, fails Open with ErrCorrupt naming it, and
+// Open cuts nothing. The key file belongs with the segments: a copy of
+// the ledger must take it (under another key every header is damage, and
+// the last segment would be cut as a torn tail).
 //
 // # Index
 //
@@ -20,12 +46,13 @@
 // record headers and kept in memory, 8 bytes a block (8 MB for a million
 // blocks). An index file would be a second copy of the same facts, which
 // a crash can leave out of step with the blocks and which needs a
-// recovery of its own. One 32-byte read a block at Open is the simpler
+// recovery of its own. One 36-byte read a block at Open is the simpler
 // price (BenchmarkOpen), and an index derived from the segments cannot
 // disagree with them.
 // With the index, Block(n) is one read of the record, checked against
-// both its checksums before it is returned. Every segment stays open:
-// one file descriptor per 64 MiB of blocks with the default SegmentSize.
+// its tag and its block's checksum before it is returned. Every segment
+// stays open: one file descriptor per 64 MiB of blocks with the default
+// SegmentSize.
 //
 // # Durability
 //
@@ -38,7 +65,8 @@
 //
 // # Recovery
 //
-// Open reads the header of every record and, in the last segment, every
+// Open reads the key file (in a directory without segments it may create
+// it), then the header of every record and, in the last segment, every
 // block too (checking its checksum as it streams through a buffer of a
 // fixed size: no whole file is read into memory).
 //

@@ -31,6 +31,7 @@ func FuzzOpen(f *testing.F) {
 	f.Add(bytes.Repeat(magic, 40), uint16(3), true)
 	f.Fuzz(func(t *testing.T, data []byte, next uint16, sealed bool) {
 		dir := t.TempDir()
+		writeKey(t, dir, s.key)
 		if err := os.WriteFile(segName(dir, 0), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -68,18 +69,19 @@ func FuzzOpen(f *testing.F) {
 // FuzzHeader: parseHeader never panics, and a header it accepts is the
 // one putHeader writes for the same fields and offset.
 func FuzzHeader(f *testing.F) {
+	k := newHeaderKey(testKey)
 	var b [headerSize]byte
-	putHeader(b[:], header{size: 5, number: 7, synced: 3, sum: 99}, 1234)
+	k.putHeader(b[:], header{size: 5, number: 7, synced: 3, sum: 99}, 1234)
 	f.Add(b[:], int64(1234))
 	f.Add(b[:], int64(0))
 	f.Add([]byte("LBK1"), int64(0))
 	f.Fuzz(func(t *testing.T, b []byte, off int64) {
-		h, why := parseHeader(b, off, DefaultMaxBlock)
+		h, why := k.parseHeader(b, off, DefaultMaxBlock)
 		if why != "" {
 			return
 		}
 		var again [headerSize]byte
-		putHeader(again[:], h, off)
+		k.putHeader(again[:], h, off)
 		if !bytes.Equal(again[:], b[:headerSize]) {
 			t.Fatalf("header %x parsed as %+v, written back as %x", b[:headerSize], h, again)
 		}

@@ -61,6 +61,7 @@ type segment struct {
 type Ledger struct {
 	dir *os.File // open, holding the directory's lock
 	opt Options
+	key *headerKey
 
 	wmu    sync.Mutex // serializes the writer: Append, Sync, Close
 	hdr    [headerSize]byte
@@ -117,7 +118,7 @@ func (l *Ledger) Append(number uint64, block []byte) error {
 		}
 	}
 	h := header{size: uint32(len(block)), number: number, synced: l.synced, sum: crc32Castagnoli(block)}
-	putHeader(l.hdr[:], h, s.size)
+	l.key.putHeader(l.hdr[:], h, s.size)
 	if _, err := s.f.WriteAt(l.hdr[:], s.size); err != nil {
 		return l.fail(fmt.Errorf("ledger: append block %d to %s: %w", number, s.name, err))
 	}
@@ -213,7 +214,7 @@ func (l *Ledger) Block(n uint64) ([]byte, error) {
 	} else if err != nil {
 		return nil, fmt.Errorf("ledger: block %d: %w", n, err)
 	}
-	h, why := parseHeader(b, off, l.opt.MaxBlock)
+	h, why := l.key.parseHeader(b, off, l.opt.MaxBlock)
 	switch {
 	case why != "":
 	case h.number != n:

@@ -70,10 +70,24 @@ func segments(t testing.TB, dir string) []string {
 	return names
 }
 
-// written makes a ledger of blocks 0..n-1 with opt and closes it.
+// testKey is the key of the ledgers written makes, fixed so that an input
+// a fuzzer found failing fails again in the next run.
+var testKey = bytes.Repeat([]byte{0x5a}, keySize)
+
+// writeKey writes key into dir's key file.
+func writeKey(t testing.TB, dir string, key []byte) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, keyName), keyFile(key), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// written makes a ledger of blocks 0..n-1 with opt and testKey, and
+// closes it.
 func written(t testing.TB, opt Options, n uint64) string {
 	t.Helper()
 	dir := t.TempDir()
+	writeKey(t, dir, testKey)
 	l := open(t, dir, opt)
 	appendRange(t, l, 0, n)
 	if err := l.Close(); err != nil {
@@ -198,9 +212,11 @@ func TestForeignFiles(t *testing.T) {
 	}
 }
 
-// stream is a ledger's bytes: its segments, in order, and where each
-// record starts and ends in their concatenation.
+// stream is a ledger's bytes: its key, its segments, in order, and where
+// each record starts and ends in their concatenation.
 type stream struct {
+	key    []byte
+	hk     *headerKey
 	names  []string // base names
 	files  [][]byte
 	starts []int // each file's start in the concatenation
@@ -209,7 +225,15 @@ type stream struct {
 
 func readStream(t testing.TB, dir string) *stream {
 	t.Helper()
-	s := &stream{}
+	b, err := os.ReadFile(filepath.Join(dir, keyName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, why := parseKeyFile(b)
+	if why != "" {
+		t.Fatalf("%s: %s", keyName, why)
+	}
+	s := &stream{key: key, hk: newHeaderKey(key)}
 	pos := 0
 	for _, name := range segments(t, dir) {
 		b, err := os.ReadFile(name)
@@ -220,7 +244,7 @@ func readStream(t testing.TB, dir string) *stream {
 		s.files = append(s.files, b)
 		s.starts = append(s.starts, pos)
 		for off := 0; off < len(b); {
-			h, why := parseHeader(b[off:], int64(off), DefaultMaxBlock)
+			h, why := s.hk.parseHeader(b[off:], int64(off), DefaultMaxBlock)
 			if why != "" {
 				t.Fatalf("%s at %d: %s", name, off, why)
 			}
@@ -234,10 +258,11 @@ func readStream(t testing.TB, dir string) *stream {
 }
 
 // writeCut writes the ledger as a crash at byte x of the stream leaves
-// it: the segments before x whole, the one holding x cut there and pad
-// zeros added, none after.
+// it: the key, the segments before x whole, the one holding x cut there
+// and pad zeros added, none after.
 func (s *stream) writeCut(t *testing.T, dir string, x, pad int) {
 	t.Helper()
+	writeKey(t, dir, s.key)
 	for i, b := range s.files {
 		if s.starts[i] > x {
 			break
@@ -253,6 +278,15 @@ func (s *stream) writeCut(t *testing.T, dir string, x, pad int) {
 		if n < len(b) {
 			break
 		}
+	}
+}
+
+// writeFirst writes the key and b as the first segment into dir.
+func (s *stream) writeFirst(t testing.TB, dir string, b []byte) {
+	t.Helper()
+	writeKey(t, dir, s.key)
+	if err := os.WriteFile(filepath.Join(dir, s.names[0]), b, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -15,11 +15,13 @@ import (
 func Open(dir string) (*Ledger, error) { return OpenOptions(dir, Options{}) }
 
 // OpenOptions opens the ledger in dir, creating dir if needed (and
-// syncing its parent). It indexes and checks every segment, cuts a torn
-// tail off the last one and syncs it (see Recovery in the package doc);
-// damage that is not a torn tail is ErrCorrupt, naming the file and
-// offset. On Linux it locks the directory (flock(2)) until Close: a
-// second Open of it, by this process or another, fails.
+// syncing its parent). It reads the ledger's key file, or creates it if
+// dir holds no segment (a missing or damaged key file is ErrCorrupt,
+// naming it: see Key in the package doc). It indexes and checks every
+// segment, cuts a torn tail off the last one and syncs it (see Recovery
+// in the package doc); damage that is not a torn tail is ErrCorrupt,
+// naming the file and offset. On Linux it locks the directory (flock(2))
+// until Close: a second Open of it, by this process or another, fails.
 func OpenOptions(dir string, opt Options) (*Ledger, error) {
 	if opt.SegmentSize <= 0 {
 		opt.SegmentSize = DefaultSegmentSize
@@ -85,13 +87,18 @@ func segName(dir string, first uint64) string {
 	return filepath.Join(dir, fmt.Sprintf("%s%020d", segPrefix, first))
 }
 
-// load opens and checks the directory's segments, or creates the first
-// one.
+// load reads the directory's key and opens and checks its segments, or
+// creates the key and the first segment.
 func (l *Ledger) load() error {
 	firsts, err := listSegments(l.dir.Name())
 	if err != nil {
 		return err
 	}
+	key, err := loadKey(l.dir, len(firsts) == 0)
+	if err != nil {
+		return err
+	}
+	l.key = newHeaderKey(key)
 	if len(firsts) == 0 {
 		s, err := createSegment(l.dir, 0)
 		if err != nil {
@@ -131,7 +138,7 @@ func (l *Ledger) load() error {
 // every block too, cuts the segment at its first damaged record if that
 // is a torn tail, and syncs it.
 func (l *Ledger) index(s *segment, last bool) error {
-	sc, err := newScanner(s.f, l.opt.MaxBlock)
+	sc, err := newScanner(l.key, s.f, l.opt.MaxBlock)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"bytes"
+	"crypto/hmac"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -9,20 +10,26 @@ import (
 	"os"
 )
 
-// A record is a 32-byte header and the block's bytes:
+// A record is a 36-byte header and the block's bytes:
 //
 //	 0  magic "LBK1"
 //	 4  size of the block, uint32
 //	 8  block number, uint64
 //	16  synced: the ledger's durable height when the record was written
 //	24  CRC-32C of the block
-//	28  CRC-32C of bytes 0-27, started from the record's file offset
+//	28  tag: the first 8 bytes of HMAC-SHA256, under the ledger's key, of
+//	    the record's offset (uint64) and bytes 0-27
 //
-// All integers are little-endian. The offset in the header checksum keeps
-// a header that sits inside a block (a block may hold a ledger) from
-// passing for one; the magic makes the search for intact records after a
-// damaged one a fast byte search, and a run of zeros never a header.
-const headerSize = 32
+// All integers are little-endian. The key makes the tag one that only
+// the ledger can compute: bytes inside a block (chosen by a client, who
+// never learns the key) cannot pass for a header. The offset in the tag
+// keeps a header copied to another offset from passing for one. The magic
+// makes the search for intact records after a damaged one a fast byte
+// search, and a run of zeros never a header.
+const (
+	headerSize = 36
+	tagged     = 28 // the header bytes the tag covers
+)
 
 var magic = []byte("LBK1")
 
@@ -36,34 +43,29 @@ type header struct {
 }
 
 // putHeader fills b (headerSize bytes) with h for a record at offset off.
-func putHeader(b []byte, h header, off int64) {
+func (k *headerKey) putHeader(b []byte, h header, off int64) {
 	copy(b, magic)
 	binary.LittleEndian.PutUint32(b[4:], h.size)
 	binary.LittleEndian.PutUint64(b[8:], h.number)
 	binary.LittleEndian.PutUint64(b[16:], h.synced)
 	binary.LittleEndian.PutUint32(b[24:], h.sum)
-	binary.LittleEndian.PutUint32(b[28:], headerSum(b, off))
-}
-
-// headerSum is the CRC-32C of a header's first 28 bytes, started from
-// the record's offset rather than from zero: the same bytes at another
-// offset in a segment (below 4 GiB) have another sum.
-func headerSum(b []byte, off int64) uint32 {
-	return crc32.Update(uint32(off)^uint32(off>>32), castagnoli, b[:28])
+	k.tag(b[tagged:headerSize], b, off)
 }
 
 // parseHeader decodes the header at the start of b, read from offset off;
 // why says what is wrong with it, "" if nothing. A size above maxBlock is
 // wrong.
-func parseHeader(b []byte, off int64, maxBlock int) (h header, why string) {
+func (k *headerKey) parseHeader(b []byte, off int64, maxBlock int) (h header, why string) {
 	if len(b) < headerSize {
 		return h, "short header"
 	}
 	if !bytes.Equal(b[:4], magic) {
 		return h, "no record magic"
 	}
-	if headerSum(b, off) != binary.LittleEndian.Uint32(b[28:]) {
-		return h, "header checksum mismatch"
+	var tag [headerSize - tagged]byte
+	k.tag(tag[:], b, off)
+	if !hmac.Equal(tag[:], b[tagged:headerSize]) {
+		return h, "header tag mismatch"
 	}
 	h = header{
 		size:   binary.LittleEndian.Uint32(b[4:]),
@@ -91,6 +93,7 @@ func checkBlock(h header, block []byte) string {
 // scanner reads the records of one segment file without holding more
 // than a small buffer: a block's checksum is computed as it streams by.
 type scanner struct {
+	key      *headerKey
 	f        *os.File
 	size     int64 // the file's size
 	maxBlock int
@@ -98,12 +101,12 @@ type scanner struct {
 	buf      []byte
 }
 
-func newScanner(f *os.File, maxBlock int) (*scanner, error) {
+func newScanner(key *headerKey, f *os.File, maxBlock int) (*scanner, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
 	}
-	return &scanner{f: f, size: fi.Size(), maxBlock: maxBlock, buf: make([]byte, 64<<10)}, nil
+	return &scanner{key: key, f: f, size: fi.Size(), maxBlock: maxBlock, buf: make([]byte, 64<<10)}, nil
 }
 
 // record checks the record at off, which should hold block number want.
@@ -126,7 +129,7 @@ func (s *scanner) check(off int64, verify bool) (header, string, error) {
 	if _, err := s.f.ReadAt(s.hdr[:], off); err != nil {
 		return header{}, "", err
 	}
-	h, why := parseHeader(s.hdr[:], off, s.maxBlock)
+	h, why := s.key.parseHeader(s.hdr[:], off, s.maxBlock)
 	if why != "" {
 		return h, why, nil
 	}
