@@ -379,38 +379,40 @@ func TestFullDisk(t *testing.T) {
 }
 
 // TestVouchAcrossChunks: the record that proves a damaged block durable
-// is found when its magic straddles the end of a chunk of the search
-// (1 MiB after the damaged record).
+// is found when its magic, or the rest of its header, straddles the end
+// of a chunk of the search (1 MiB after the damaged record).
 func TestVouchAcrossChunks(t *testing.T) {
-	src := t.TempDir()
-	l := open(t, src, Options{})
-	first := []byte("block zero")
-	if err := l.Append(0, first); err != nil {
-		t.Fatal(err)
-	}
-	// Block 2's record starts 1 MiB - 1 bytes in; the search from offset
-	// 1 reads [1, 1 MiB + 1) first, which ends inside block 2's magic.
-	at := 1<<20 - 1
-	if err := l.Append(1, make([]byte, at-2*headerSize-len(first))); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Append(2, []byte("block two")); err != nil {
-		t.Fatal(err)
-	}
-	l.Close()
-	s := readStream(t, src)
-	if s.recs[2][0] != at {
-		t.Fatalf("block 2 at offset %d, want %d", s.recs[2][0], at)
-	}
-	b := bytes.Clone(s.files[0])
-	b[headerSize] ^= 1 // block 0's first byte
-	dir := t.TempDir()
-	s.writeFirst(t, dir, b)
-	_, err := Open(dir)
-	if want := fmt.Sprintf("block 2 at offset %d", at); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), want) {
-		t.Fatalf("open: %v, want ErrCorrupt citing %q", err, want)
+	// Block 2's record starts at offset at; the search from offset 1
+	// reads [1, 1 MiB + 1) first, which ends inside block 2's magic, or
+	// after it inside its header.
+	for _, at := range []int{1<<20 - 1, 1<<20 - 10} {
+		src := t.TempDir()
+		l := open(t, src, Options{})
+		first := []byte("block zero")
+		if err := l.Append(0, first); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Append(1, make([]byte, at-2*headerSize-len(first))); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Append(2, []byte("block two")); err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+		s := readStream(t, src)
+		if s.recs[2][0] != at {
+			t.Fatalf("block 2 at offset %d, want %d", s.recs[2][0], at)
+		}
+		b := bytes.Clone(s.files[0])
+		b[headerSize] ^= 1 // block 0's first byte
+		dir := t.TempDir()
+		s.writeFirst(t, dir, b)
+		_, err := Open(dir)
+		if want := fmt.Sprintf("block 2 at offset %d", at); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("open: %v, want ErrCorrupt citing %q", err, want)
+		}
 	}
 }

@@ -129,7 +129,12 @@ func (s *scanner) check(off int64, verify bool) (header, string, error) {
 	if _, err := s.f.ReadAt(s.hdr[:], off); err != nil {
 		return header{}, "", err
 	}
-	h, why := s.key.parseHeader(s.hdr[:], off, s.maxBlock)
+	return s.checkHeader(s.hdr[:], off, verify)
+}
+
+// checkHeader is check with the header at the start of b, read from off.
+func (s *scanner) checkHeader(b []byte, off int64, verify bool) (header, string, error) {
+	h, why := s.key.parseHeader(b, off, s.maxBlock)
 	if why != "" {
 		return h, why, nil
 	}
@@ -182,7 +187,15 @@ func (s *scanner) vouched(from int64, k uint64) (int64, uint64, error) {
 				break
 			}
 			at := base + int64(i+j)
-			h, why, err := s.check(at, false)
+			// Checked in the chunk if it holds the header whole: a
+			// block may hold a magic every 4 bytes.
+			var h header
+			var why string
+			if hb := b[i+j:]; len(hb) >= headerSize {
+				h, why, err = s.checkHeader(hb, at, false)
+			} else {
+				h, why, err = s.check(at, false)
+			}
 			if err != nil {
 				return -1, 0, err
 			}
