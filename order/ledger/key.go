@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -39,7 +40,9 @@ func keyFile(key []byte) []byte {
 // a key file.
 func parseKeyFile(b []byte) ([]byte, string) {
 	switch {
-	case len(b) != keyFileSize:
+	case len(b) > keyFileSize:
+		return nil, fmt.Sprintf("more than %d bytes", keyFileSize)
+	case len(b) < keyFileSize:
 		return nil, fmt.Sprintf("%d bytes, want %d", len(b), keyFileSize)
 	case !bytes.Equal(b[:4], keyMagic):
 		return nil, "no key file magic"
@@ -52,16 +55,21 @@ func parseKeyFile(b []byte) ([]byte, string) {
 // loadKey reads the key of the ledger in the open directory dir. If dir
 // has no key file and may be a new ledger (fresh: it holds no segment),
 // it makes one; otherwise a missing or damaged key file is ErrCorrupt,
-// naming it.
+// naming it. It reads at most one byte more than a key file holds.
 func loadKey(dir *os.File, fresh bool) ([]byte, error) {
 	name := filepath.Join(dir.Name(), keyName)
-	b, err := os.ReadFile(name)
+	f, err := os.Open(name)
 	switch {
 	case errors.Is(err, os.ErrNotExist) && fresh:
 		return createKey(dir)
 	case errors.Is(err, os.ErrNotExist):
 		return nil, fmt.Errorf("%w: %s: no key file, but the directory holds segments", ErrCorrupt, name)
 	case err != nil:
+		return nil, err
+	}
+	b, err := io.ReadAll(io.LimitReader(f, keyFileSize+1))
+	f.Close()
+	if err != nil {
 		return nil, err
 	}
 	key, why := parseKeyFile(b)
