@@ -1,0 +1,222 @@
+package order
+
+import (
+	"crypto/ed25519"
+	"fmt"
+	"sync"
+	"time"
+
+	cb "github.com/hyperledger/fabric-protos-go-apiv2/common"
+
+	"github.com/rubin-go/rubin/bft"
+	"github.com/rubin-go/rubin/order/block"
+	"github.com/rubin-go/rubin/order/envelope"
+)
+
+// Config is what every replica's App must agree on, besides Self and
+// Chain. A zero field takes its default.
+type Config struct {
+	// Channel is the one channel the service orders for.
+	Channel string
+	// Writers is the channel's Writers policy: who may broadcast.
+	Writers *envelope.Policy
+	// Block is how blocks are cut.
+	Block block.Config
+	// Orderers are the orderers' public keys, by replica ID: their
+	// signatures make a block final.
+	Orderers []ed25519.PublicKey
+	// F is the number of faulty orderers tolerated; a block is final
+	// with 2F+1 signatures.
+	F int
+	// MaxUnfinal bounds the blocks cut and not yet final (default 64):
+	// past it envelopes are refused with SERVICE_UNAVAILABLE until
+	// signatures catch up.
+	MaxUnfinal int
+
+	// Self is this replica's ID: the Duties sign for it.
+	Self uint32
+	// Chain receives the final blocks (default: a chain in memory).
+	Chain *Chain
+}
+
+// App is the ordering service as a bft.App. It is not safe for concurrent
+// use (a replica calls it from one goroutine), except Duties, which it
+// shares with another goroutine.
+type App struct {
+	cfg    Config
+	quorum int
+	cutter *block.Cutter
+	// next is the number of the next block to cut, prevHash the header
+	// hash of the last cut (nil before block 0).
+	next     uint64
+	prevHash []byte
+	// unfinal are the blocks cut and not yet final, in number order:
+	// unfinal[0] is block final.
+	unfinal []*unfinal
+	final   uint64
+	duties  *Duties
+}
+
+type unfinal struct {
+	block *cb.Block
+	sigs  []*cb.MetadataSignature
+	by    map[uint32]bool // the orderers in sigs
+}
+
+var _ bft.App = (*App)(nil)
+
+// New returns the App of an empty channel.
+func New(cfg Config) (*App, error) {
+	if cfg.Writers == nil || cfg.Channel == "" {
+		return nil, fmt.Errorf("order: a channel needs a name and a Writers policy")
+	}
+	if cfg.F < 1 || len(cfg.Orderers) != 3*cfg.F+1 || int(cfg.Self) >= len(cfg.Orderers) {
+		return nil, fmt.Errorf("order: %d orderers, f=%d, self %d: want 3f+1 orderers, self one of them", len(cfg.Orderers), cfg.F, cfg.Self)
+	}
+	if cfg.MaxUnfinal <= 0 {
+		cfg.MaxUnfinal = 64
+	}
+	if cfg.Chain == nil {
+		cfg.Chain = NewChain(new(MemStore))
+	}
+	a := &App{cfg: cfg, quorum: 2*cfg.F + 1, cutter: block.NewCutter(cfg.Block)}
+	a.duties = &Duties{wake: make(chan struct{}, 1), timeout: a.cutter.Config().BatchTimeout}
+	return a, nil
+}
+
+// Chain returns the chain the App appends final blocks to.
+func (a *App) Chain() *Chain { return a.cfg.Chain }
+
+// Duties returns what this replica must do besides executing: see Duties.
+func (a *App) Duties() *Duties { return a.duties }
+
+// Execute runs an op built by EnvelopeOp, CutOp or SignOp and returns its
+// encoded Result (ParseResult).
+func (a *App) Execute(ctx bft.ExecContext, b []byte) []byte {
+	o, err := decodeOp(b)
+	if err != nil {
+		return Result{Status: cb.Status_BAD_REQUEST, Info: err.Error()}.encode()
+	}
+	var r Result
+	switch o.kind {
+	case kindEnvelope:
+		r = a.envelope(o.env, ctx.Time)
+	case kindCut:
+		if o.number == a.next && a.cutter.Due(ctx.Time) {
+			a.cut(a.cutter.Cut())
+		}
+		r.Status = cb.Status_SUCCESS
+	case kindSign:
+		r = a.sign(o)
+	}
+	a.duties.pending(a.next, a.cutter.Since())
+	return r.encode()
+}
+
+func (a *App) envelope(env []byte, now time.Time) Result {
+	if len(a.unfinal) >= a.cfg.MaxUnfinal {
+		return Result{Status: cb.Status_SERVICE_UNAVAILABLE, Info: fmt.Sprintf("%d blocks wait for their signatures", len(a.unfinal))}
+	}
+	if max := a.cutter.Config().AbsoluteMaxBytes; len(env) > max {
+		return Result{Status: cb.Status_BAD_REQUEST, Info: fmt.Sprintf("the envelope's %d bytes exceed AbsoluteMaxBytes %d", len(env), max)}
+	}
+	p, err := envelope.Parse(env, a.cfg.Channel)
+	if err == nil {
+		err = envelope.CheckTransaction(p)
+	}
+	if err == nil {
+		err = a.cfg.Writers.Authorize(p, now)
+	}
+	if err != nil {
+		return Result{Status: envelope.StatusOf(err), Info: err.Error()}
+	}
+	batches, err := a.cutter.Ordered(append([]byte(nil), env...), now)
+	if err != nil {
+		return Result{Status: cb.Status_BAD_REQUEST, Info: err.Error()}
+	}
+	for _, b := range batches {
+		a.cut(b)
+	}
+	return Result{Status: cb.Status_SUCCESS}
+}
+
+// cut makes the next block of batch.
+func (a *App) cut(batch [][]byte) {
+	b := block.New(a.next, a.prevHash, batch)
+	a.prevHash = block.HeaderHash(b.Header)
+	a.next++
+	a.unfinal = append(a.unfinal, &unfinal{block: b, by: make(map[uint32]bool)})
+	a.duties.toSign(b.Header)
+}
+
+func (a *App) sign(o op) Result {
+	if o.number < a.final || o.number >= a.final+uint64(len(a.unfinal)) {
+		return Result{Status: cb.Status_NOT_FOUND, Info: fmt.Sprintf("block %d is final or not cut", o.number)}
+	}
+	u := a.unfinal[o.number-a.final]
+	if int(o.id) >= len(a.cfg.Orderers) || u.by[o.id] {
+		return Result{Status: cb.Status_BAD_REQUEST, Info: fmt.Sprintf("orderer %d is unknown or signed block %d already", o.id, o.number)}
+	}
+	if !verifyHeader(a.cfg.Orderers[o.id], o.id, u.block.Header, o.sig) {
+		return Result{Status: cb.Status_FORBIDDEN, Info: fmt.Sprintf("not orderer %d's signature of block %d", o.id, o.number)}
+	}
+	u.sigs = append(u.sigs, &cb.MetadataSignature{IdentifierHeader: identifierHeader(o.id), Signature: append([]byte(nil), o.sig...)})
+	u.by[o.id] = true
+	a.finalize()
+	return Result{Status: cb.Status_SUCCESS}
+}
+
+// finalize moves the blocks that have their quorum of signatures, in
+// order, to the chain.
+func (a *App) finalize() {
+	for len(a.unfinal) > 0 && len(a.unfinal[0].sigs) >= a.quorum {
+		u := a.unfinal[0]
+		u.block.Metadata.Metadata[cb.BlockMetadataIndex_SIGNATURES] = mustMarshal(&cb.Metadata{Value: metadataValue, Signatures: u.sigs})
+		a.cfg.Chain.put(a.final, mustMarshal(u.block))
+		a.unfinal[0] = nil
+		a.unfinal = a.unfinal[1:]
+		a.final++
+	}
+}
+
+// Duties are what a replica does for the ordering service besides
+// executing ops: sign every block its App cuts (a SignOp), and ask for a
+// timeout cut (a CutOp) when, by its own clock, BatchTimeout passed since
+// the first pending envelope was ordered. The App reports to it as it
+// executes; Run, on another goroutine, acts. The App's own goroutine and
+// Run may use it at once.
+type Duties struct {
+	mu      sync.Mutex
+	wake    chan struct{} // a token when there is something to sign
+	timeout time.Duration
+	headers []*cb.BlockHeader // cut, to sign
+	next    uint64            // the next block to cut
+	since   time.Time         // the agreed time of its first envelope, zero if none
+}
+
+func (d *Duties) toSign(h *cb.BlockHeader) {
+	d.mu.Lock()
+	d.headers = append(d.headers, h)
+	d.mu.Unlock()
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (d *Duties) pending(next uint64, since time.Time) {
+	d.mu.Lock()
+	d.next, d.since = next, since
+	d.mu.Unlock()
+}
+
+// reset replaces what is to be signed and pending, after a restore.
+func (d *Duties) reset(headers []*cb.BlockHeader, next uint64, since time.Time) {
+	d.mu.Lock()
+	d.headers, d.next, d.since = headers, next, since
+	d.mu.Unlock()
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
