@@ -1,0 +1,372 @@
+package server_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	cb "github.com/hyperledger/fabric-protos-go-apiv2/common"
+	ab "github.com/hyperledger/fabric-protos-go-apiv2/orderer"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/rubin-go/rubin/bft"
+	"github.com/rubin-go/rubin/bft/auth"
+	"github.com/rubin-go/rubin/order"
+	"github.com/rubin-go/rubin/order/block"
+	"github.com/rubin-go/rubin/order/envelope"
+	"github.com/rubin-go/rubin/order/ordertest"
+	"github.com/rubin-go/rubin/order/server"
+)
+
+const channel = "mychannel"
+
+type cluster struct {
+	orderers []*server.Orderer
+	keys     []ed25519.PublicKey
+	writer   *ordertest.Signer
+	reader   *ordertest.Signer // a Reader, not a Writer
+	forger   *ordertest.Signer // from a CA the channel does not name
+}
+
+// startCluster runs four orderers in this process over TCP on loopback;
+// the test's cleanup stops them and checks that no goroutine is left.
+func startCluster(t *testing.T, bc block.Config) *cluster {
+	t.Helper()
+	others := goleak.IgnoreCurrent()
+	writers, err := ordertest.NewCA("Writers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readers, _ := ordertest.NewCA("Readers")
+	evil, _ := ordertest.NewCA("Evil")
+	c := &cluster{}
+	c.writer, _ = writers.Issue("writer", "Org1MSP")
+	c.reader, _ = readers.Issue("reader", "Org2MSP")
+	c.forger, _ = evil.Issue("forger", "Org1MSP")
+	wpol, err := envelope.NewPolicy(writers.PEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rpol, err := envelope.NewPolicy(append(append([]byte{}, writers.PEM...), readers.PEM...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := auth.Generate(4, 4, "127.0.0.1", 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rlns []net.Listener
+	for i := range cl.Replicas {
+		ln := listen(t)
+		cl.Replicas[i].Addr = ln.Addr().String()
+		rlns = append(rlns, ln)
+		c.keys = append(c.keys, cl.Replicas[i].PublicKey)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := range cl.Replicas {
+		o, err := server.NewOrderer(server.OrdererConfig{
+			Cluster: cl, ID: bft.ReplicaID(i), Channel: channel, Writers: wpol, Readers: rpol, Block: bc,
+			Listener: listen(t), ReplicaListener: rlns[i],
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.orderers = append(c.orderers, o)
+		wg.Go(func() {
+			if err := o.Run(ctx); err != nil {
+				t.Errorf("orderer %d: %v", i, err)
+			}
+		})
+	}
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		goleak.VerifyNone(t, others)
+	})
+	return c
+}
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+// dial returns an AtomicBroadcast client of orderer i.
+func (c *cluster) dial(t *testing.T, i int) ab.AtomicBroadcastClient {
+	t.Helper()
+	conn, err := grpc.NewClient(c.orderers[i].Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return ab.NewAtomicBroadcastClient(conn)
+}
+
+func mustEnvelope(t *testing.T, s *ordertest.Signer, typ cb.HeaderType, ch, data string) *cb.Envelope {
+	t.Helper()
+	e, err := s.Envelope(typ, ch, []byte(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// broadcast sends envs on one stream and returns the statuses.
+func broadcast(t *testing.T, client ab.AtomicBroadcastClient, envs []*cb.Envelope) []*ab.BroadcastResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := client.Broadcast(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*ab.BroadcastResponse
+	for _, e := range envs {
+		if err := stream.Send(e); err != nil {
+			t.Fatal(err)
+		}
+		r, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	stream.CloseSend()
+	if _, err := stream.Recv(); err != io.EOF {
+		t.Fatalf("after the last response: %v, want EOF", err)
+	}
+	return out
+}
+
+// deliverUntil reads blocks from orderer i, from block 0, until they hold
+// want envelopes, and checks them by Fabric's hash rules and their
+// signatures.
+func (c *cluster) deliverUntil(t *testing.T, i int, want int) []*cb.Block {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := c.dial(t, i).Deliver(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seek, err := c.reader.Seek(channel, &ab.SeekInfo{Start: ordertest.Oldest, Stop: ordertest.Specified(1 << 63), Behavior: ab.SeekInfo_BLOCK_UNTIL_READY})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(seek); err != nil {
+		t.Fatal(err)
+	}
+	var blocks []*cb.Block
+	for got := 0; got < want; {
+		r, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("orderer %d after %d blocks (%d envelopes): %v", i, len(blocks), got, err)
+		}
+		b := r.GetBlock()
+		if b == nil {
+			t.Fatalf("orderer %d: status %v", i, r.GetStatus())
+		}
+		if err := order.VerifySignatures(b, c.keys, 3); err != nil {
+			t.Fatal(err)
+		}
+		blocks = append(blocks, b)
+		got += len(b.Data.Data)
+	}
+	if err := ordertest.CheckChain(0, blocks); err != nil {
+		t.Fatal(err)
+	}
+	return blocks
+}
+
+func TestBroadcastDeliver(t *testing.T) {
+	c := startCluster(t, block.Config{MaxMessageCount: 10, BatchTimeout: 200 * time.Millisecond})
+	var good []*cb.Envelope
+	for i := range 35 {
+		good = append(good, mustEnvelope(t, c.writer, cb.HeaderType_ENDORSER_TRANSACTION, channel, fmt.Sprintf("tx %d", i)))
+	}
+	tampered := proto.Clone(good[0]).(*cb.Envelope)
+	tampered.Payload = append(tampered.Payload, 0x12, 0x01, 'x')
+	highS := proto.Clone(good[1]).(*cb.Envelope)
+	var err error
+	if highS.Signature, err = ordertest.HighS(highS.Signature); err != nil {
+		t.Fatal(err)
+	}
+	bad := []*cb.Envelope{
+		mustEnvelope(t, c.forger, cb.HeaderType_ENDORSER_TRANSACTION, channel, "forged"),
+		mustEnvelope(t, c.reader, cb.HeaderType_ENDORSER_TRANSACTION, channel, "a reader writes"),
+		tampered,
+		highS,
+		mustEnvelope(t, c.writer, cb.HeaderType_ENDORSER_TRANSACTION, "other", "other channel"),
+		mustEnvelope(t, c.writer, cb.HeaderType_CONFIG_UPDATE, channel, "config"),
+	}
+	wantBad := []cb.Status{cb.Status_FORBIDDEN, cb.Status_FORBIDDEN, cb.Status_FORBIDDEN, cb.Status_FORBIDDEN, cb.Status_NOT_FOUND, cb.Status_BAD_REQUEST}
+	var wg sync.WaitGroup
+	for k, part := range [][]*cb.Envelope{good[:20], good[20:]} {
+		client := c.dial(t, 2*k) // orderers 0 and 2
+		wg.Go(func() {
+			for j, r := range broadcast(t, client, part) {
+				if r.Status != cb.Status_SUCCESS {
+					t.Errorf("envelope %d through orderer %d: %v", j, 2*k, r)
+				}
+			}
+		})
+	}
+	for j, r := range broadcast(t, c.dial(t, 1), bad) {
+		if r.Status != wantBad[j] || r.Info == "" {
+			t.Errorf("bad envelope %d: %v %q, want %v with a reason", j, r.Status, r.Info, wantBad[j])
+		}
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	// Two orderers deliver the same chain, holding every accepted
+	// envelope once and no refused one.
+	a, b := c.deliverUntil(t, 1, len(good)), c.deliverUntil(t, 3, len(good))
+	if len(a) != len(b) {
+		t.Fatalf("orderers 1 and 3 delivered %d and %d blocks for the same envelopes", len(a), len(b))
+	}
+	for n := range a {
+		if !proto.Equal(a[n], b[n]) {
+			t.Fatalf("block %d differs between orderers 1 and 3", n)
+		}
+	}
+	seen := make(map[string]int)
+	for _, blk := range a {
+		for _, d := range blk.Data.Data {
+			seen[string(d)]++
+		}
+	}
+	for i, e := range good {
+		raw, _ := proto.Marshal(e)
+		if seen[string(raw)] != 1 {
+			t.Errorf("accepted envelope %d is in the chain %d times", i, seen[string(raw)])
+		}
+	}
+	for i, e := range bad {
+		raw, _ := proto.Marshal(e)
+		if seen[string(raw)] != 0 {
+			t.Errorf("refused envelope %d is in the chain", i)
+		}
+	}
+	if len(seen) != len(good) {
+		t.Fatalf("%d distinct envelopes in the chain, %d accepted", len(seen), len(good))
+	}
+}
+
+// seek sends one seek request on stream and returns the numbers of the
+// blocks delivered and the status that ended it.
+func seek(t *testing.T, stream ab.AtomicBroadcast_DeliverClient, env *cb.Envelope) ([]uint64, cb.Status) {
+	t.Helper()
+	if err := stream.Send(env); err != nil {
+		t.Fatal(err)
+	}
+	var got []uint64
+	for {
+		r, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := r.GetBlock(); b != nil {
+			got = append(got, b.Header.Number)
+			continue
+		}
+		return got, r.GetStatus()
+	}
+}
+
+func TestDeliverStatuses(t *testing.T) {
+	c := startCluster(t, block.Config{MaxMessageCount: 1})
+	for i, r := range broadcast(t, c.dial(t, 0), []*cb.Envelope{
+		mustEnvelope(t, c.writer, cb.HeaderType_MESSAGE, channel, "a"),
+		mustEnvelope(t, c.writer, cb.HeaderType_MESSAGE, channel, "b"),
+		mustEnvelope(t, c.writer, cb.HeaderType_MESSAGE, channel, "c"),
+	}) {
+		if r.Status != cb.Status_SUCCESS {
+			t.Fatalf("envelope %d: %v", i, r)
+		}
+	}
+	// Wait for the three blocks to be final on orderer 3.
+	c.deliverUntil(t, 3, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := c.dial(t, 3).Deliver(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	si := func(s *ordertest.Signer, start, stop *ab.SeekPosition, behavior ab.SeekInfo_SeekBehavior) *cb.Envelope {
+		e, err := s.Seek(channel, &ab.SeekInfo{Start: start, Stop: stop, Behavior: behavior})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	otherChannel, _ := c.reader.Envelope(cb.HeaderType_DELIVER_SEEK_INFO, "other", nil)
+	for _, tc := range []struct {
+		name   string
+		env    *cb.Envelope
+		blocks []uint64
+		status cb.Status
+	}{
+		{"oldest to newest", si(c.reader, ordertest.Oldest, ordertest.Newest, 0), []uint64{0, 1, 2}, cb.Status_SUCCESS},
+		{"newest", si(c.writer, ordertest.Newest, ordertest.Newest, 0), []uint64{2}, cb.Status_SUCCESS},
+		{"specified", si(c.reader, ordertest.Specified(1), ordertest.Specified(1), 0), []uint64{1}, cb.Status_SUCCESS},
+		{"past the end, fail", si(c.reader, ordertest.Specified(1), ordertest.Specified(9), ab.SeekInfo_FAIL_IF_NOT_READY), []uint64{1, 2}, cb.Status_NOT_FOUND},
+		{"not ready, fail", si(c.reader, ordertest.Specified(7), ordertest.Specified(9), ab.SeekInfo_FAIL_IF_NOT_READY), nil, cb.Status_NOT_FOUND},
+		{"stop before start", si(c.reader, ordertest.Specified(2), ordertest.Specified(1), 0), nil, cb.Status_BAD_REQUEST},
+		{"not a reader", si(c.forger, ordertest.Oldest, ordertest.Newest, 0), nil, cb.Status_FORBIDDEN},
+		{"other channel", otherChannel, nil, cb.Status_NOT_FOUND},
+		{"not a seek", mustEnvelope(t, c.reader, cb.HeaderType_MESSAGE, channel, "x"), nil, cb.Status_BAD_REQUEST},
+	} {
+		got, st := seek(t, stream, tc.env)
+		if fmt.Sprint(got) != fmt.Sprint(tc.blocks) || st != tc.status {
+			t.Errorf("%s: blocks %v and %v, want %v and %v", tc.name, got, st, tc.blocks, tc.status)
+		}
+	}
+	// A request past the end blocks until the block is final.
+	waiting := make(chan error, 1)
+	go func() {
+		got, st := seek(t, stream, si(c.reader, ordertest.Specified(3), ordertest.Specified(3), ab.SeekInfo_BLOCK_UNTIL_READY))
+		if fmt.Sprint(got) != "[3]" || st != cb.Status_SUCCESS {
+			waiting <- fmt.Errorf("blocks %v and %v, want [3] and SUCCESS", got, st)
+			return
+		}
+		waiting <- nil
+	}()
+	select {
+	case err := <-waiting:
+		t.Fatalf("a seek past the end returned before the block existed: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	broadcast(t, c.dial(t, 1), []*cb.Envelope{mustEnvelope(t, c.writer, cb.HeaderType_MESSAGE, channel, "d")})
+	if err := <-waiting; err != nil {
+		t.Fatal(err)
+	}
+	// A stream waiting for a block that never comes ends with its client.
+	stream2, err := c.dial(t, 2).Deliver(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream2.Send(si(c.reader, ordertest.Specified(100), nil, 0)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	if _, err := stream2.Recv(); err == nil || errors.Is(err, io.EOF) {
+		t.Fatalf("a cancelled stream: %v", err)
+	}
+}
