@@ -9,6 +9,7 @@ package ordertest
 import (
 	"bytes"
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
@@ -177,18 +178,22 @@ var (
 	Newest = &ab.SeekPosition{Type: &ab.SeekPosition_Newest{Newest: &ab.SeekNewest{}}}
 )
 
-// headerHash is SHA-256 of the header's ASN.1 DER encoding, as Fabric
-// hashes a header.
-func headerHash(h *cb.BlockHeader) []byte {
+// headerDER is the header's ASN.1 DER encoding, as Fabric hashes and
+// its orderers sign it.
+func headerDER(h *cb.BlockHeader) []byte {
 	der, err := asn1.Marshal(struct {
 		Number       *big.Int
 		PreviousHash []byte
 		DataHash     []byte
-	}{new(big.Int).SetUint64(h.Number), append([]byte{}, h.PreviousHash...), append([]byte{}, h.DataHash...)})
+	}{new(big.Int).SetUint64(h.GetNumber()), append([]byte{}, h.GetPreviousHash()...), append([]byte{}, h.GetDataHash()...)})
 	if err != nil {
 		panic(err)
 	}
-	s := sha256.Sum256(der)
+	return der
+}
+
+func headerHash(h *cb.BlockHeader) []byte {
+	s := sha256.Sum256(headerDER(h))
 	return s[:]
 }
 
@@ -212,6 +217,39 @@ func CheckChain(first uint64, blocks []*cb.Block) error {
 		if !bytes.Equal(h.DataHash, d[:]) {
 			return fmt.Errorf("block %d: data hash does not match its data", h.Number)
 		}
+	}
+	return nil
+}
+
+// CheckSignatures checks that block b's SIGNATURES metadata holds
+// Ed25519 signatures of at least quorum distinct orderers, by keys
+// (indexed by the IdentifierHeader's identifier), each over the
+// concatenation of the metadata's value, the signature's
+// IdentifierHeader and the DER encoding of b's header.
+func CheckSignatures(b *cb.Block, keys [][]byte, quorum int) error {
+	mds := b.GetMetadata().GetMetadata()
+	if len(mds) <= int(cb.BlockMetadataIndex_SIGNATURES) {
+		return fmt.Errorf("block %d has no signatures", b.GetHeader().GetNumber())
+	}
+	md := new(cb.Metadata)
+	if err := proto.Unmarshal(mds[cb.BlockMetadataIndex_SIGNATURES], md); err != nil {
+		return fmt.Errorf("block %d: signatures: %w", b.GetHeader().GetNumber(), err)
+	}
+	h := b.GetHeader()
+	der := headerDER(h)
+	valid := make(map[uint32]bool)
+	for _, s := range md.Signatures {
+		id := new(cb.IdentifierHeader)
+		if proto.Unmarshal(s.IdentifierHeader, id) != nil || int(id.Identifier) >= len(keys) {
+			continue
+		}
+		msg := append(append(append([]byte{}, md.Value...), s.IdentifierHeader...), der...)
+		if ed25519.Verify(keys[id.Identifier], msg, s.Signature) {
+			valid[id.Identifier] = true
+		}
+	}
+	if len(valid) < quorum {
+		return fmt.Errorf("block %d: %d orderers' valid signatures, want %d", h.GetNumber(), len(valid), quorum)
 	}
 	return nil
 }

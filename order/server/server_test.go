@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -20,7 +19,6 @@ import (
 
 	"github.com/rubin-go/rubin/bft"
 	"github.com/rubin-go/rubin/bft/auth"
-	"github.com/rubin-go/rubin/order"
 	"github.com/rubin-go/rubin/order/block"
 	"github.com/rubin-go/rubin/order/envelope"
 	"github.com/rubin-go/rubin/order/ordertest"
@@ -31,7 +29,7 @@ const channel = "mychannel"
 
 type cluster struct {
 	orderers []*server.Orderer
-	keys     []ed25519.PublicKey
+	keys     [][]byte
 	writer   *ordertest.Signer
 	reader   *ordertest.Signer // a Reader, not a Writer
 	forger   *ordertest.Signer // from a CA the channel does not name
@@ -125,69 +123,27 @@ func mustEnvelope(t *testing.T, s *ordertest.Signer, typ cb.HeaderType, ch, data
 	return e
 }
 
-// broadcast sends envs on one stream and returns the statuses.
+// broadcast sends envs on one stream and returns the responses.
 func broadcast(t *testing.T, client ab.AtomicBroadcastClient, envs []*cb.Envelope) []*ab.BroadcastResponse {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	stream, err := client.Broadcast(ctx)
+	out, err := ordertest.Broadcast(ctx, client, envs, nil)
 	if err != nil {
 		t.Fatal(err)
-	}
-	var out []*ab.BroadcastResponse
-	for _, e := range envs {
-		if err := stream.Send(e); err != nil {
-			t.Fatal(err)
-		}
-		r, err := stream.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, r)
-	}
-	stream.CloseSend()
-	if _, err := stream.Recv(); err != io.EOF {
-		t.Fatalf("after the last response: %v, want EOF", err)
 	}
 	return out
 }
 
 // deliverUntil reads blocks from orderer i, from block 0, until they hold
-// want envelopes, and checks them by Fabric's hash rules and their
-// signatures.
+// want envelopes, checked by Fabric's hash rules and their signatures.
 func (c *cluster) deliverUntil(t *testing.T, i int, want int) []*cb.Block {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	stream, err := c.dial(t, i).Deliver(ctx)
+	blocks, err := ordertest.DeliverChain(ctx, c.dial(t, i), c.reader, channel, c.keys, 3, want)
 	if err != nil {
-		t.Fatal(err)
-	}
-	seek, err := c.reader.Seek(channel, &ab.SeekInfo{Start: ordertest.Oldest, Stop: ordertest.Specified(1 << 63), Behavior: ab.SeekInfo_BLOCK_UNTIL_READY})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := stream.Send(seek); err != nil {
-		t.Fatal(err)
-	}
-	var blocks []*cb.Block
-	for got := 0; got < want; {
-		r, err := stream.Recv()
-		if err != nil {
-			t.Fatalf("orderer %d after %d blocks (%d envelopes): %v", i, len(blocks), got, err)
-		}
-		b := r.GetBlock()
-		if b == nil {
-			t.Fatalf("orderer %d: status %v", i, r.GetStatus())
-		}
-		if err := order.VerifySignatures(b, c.keys, 3); err != nil {
-			t.Fatal(err)
-		}
-		blocks = append(blocks, b)
-		got += len(b.Data.Data)
-	}
-	if err := ordertest.CheckChain(0, blocks); err != nil {
-		t.Fatal(err)
+		t.Fatalf("orderer %d: %v", i, err)
 	}
 	return blocks
 }
