@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	cb "github.com/hyperledger/fabric-protos-go-apiv2/common"
+	ab "github.com/hyperledger/fabric-protos-go-apiv2/orderer"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/rubin-go/rubin/internal/cli"
+	"github.com/rubin-go/rubin/internal/proctest"
+	"github.com/rubin-go/rubin/order/ordertest"
+)
+
+// TestMain lets the test binary stand in for the orderer command: with
+// RUBIN_ORDERER_EXEC=1 it runs main with its arguments, so tests can run
+// orderers as processes and kill them.
+func TestMain(m *testing.M) {
+	if os.Getenv("RUBIN_ORDERER_EXEC") == "1" {
+		main()
+	}
+	os.Exit(m.Run())
+}
+
+var announcement = regexp.MustCompile(`^orderer \d+ listening on \S+, broadcast on (\S+)$`)
+
+// startOrderer runs orderer replica id as a process of this test binary,
+// waits until it listens and returns the process and its AtomicBroadcast
+// address; the test's cleanup kills it.
+func startOrderer(t *testing.T, file, dataDir string, id int) (*exec.Cmd, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "replica", "-id", strconv.Itoa(id), "-cluster", file, "-data-dir", dataDir, "-listen", "127.0.0.1:0", "-transport", "tcp")
+	cmd.Env = append(os.Environ(), "RUBIN_ORDERER_EXEC=1")
+	m, _ := proctest.Start(t, cmd, announcement, 30*time.Second)
+	return cmd, m[1]
+}
+
+// chain delivers blocks from orderer c from block 0 until they hold n
+// envelopes, checked by Fabric's hash rules and the orderers' signatures.
+func chain(t *testing.T, c ab.AtomicBroadcastClient, reader *ordertest.Signer, keys [][]byte, n int) []*cb.Block {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	blocks, err := ordertest.DeliverChain(ctx, c, reader, "mychannel", keys, 3, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return blocks
+}
+
+// TestProcesses runs four orderer processes over TCP and a Fabric client
+// with its own CA: signed envelopes are accepted, forged ones refused;
+// the primary is killed with SIGKILL while a writer broadcasts, and more
+// envelopes go through the others; two orderers then deliver the same
+// chain, valid by Fabric's hash rules and signed by 2f+1 orderers, with
+// every accepted envelope exactly once and no refused one.
+func TestProcesses(t *testing.T) {
+	dir := t.TempDir()
+	writersCA, writersFile := writeCA(t, dir, "writers")
+	readersCA, readersFile := writeCA(t, dir, "readers")
+	evilCA, _ := writeCA(t, dir, "evil")
+	file := filepath.Join(dir, "cluster.json")
+	if code, _, stderr := runCmd(t, "keygen", "-out", file, "-channel", "mychannel", "-writers", writersFile, "-readers", readersFile, "-max-message-count", "10", "-batch-timeout", "100ms"); code != cli.ExitOK {
+		t.Fatalf("keygen: %d\n%s", code, stderr)
+	}
+	cl := proctest.FreePorts(t, file)
+	var keys [][]byte
+	for _, r := range cl.Replicas {
+		keys = append(keys, r.PublicKey)
+	}
+	procs := make([]*exec.Cmd, 4)
+	clients := make([]ab.AtomicBroadcastClient, 4)
+	for i := range procs {
+		var addr string
+		procs[i], addr = startOrderer(t, file, filepath.Join(dir, strconv.Itoa(i)), i)
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		clients[i] = ab.NewAtomicBroadcastClient(conn)
+	}
+	writer, err := writersCA.Issue("writer", "Org1MSP")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader, _ := readersCA.Issue("reader", "Org2MSP")
+	forger, _ := evilCA.Issue("forger", "Org1MSP")
+	envelopes := func(s *ordertest.Signer, tag string, n int) []*cb.Envelope {
+		var out []*cb.Envelope
+		for i := range n {
+			e, err := s.Envelope(cb.HeaderType_ENDORSER_TRANSACTION, "mychannel", []byte(fmt.Sprintf("%s %d", tag, i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, e)
+		}
+		return out
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var accepted []*cb.Envelope
+	var mu sync.Mutex
+	send := func(c ab.AtomicBroadcastClient, envs []*cb.Envelope, after func(int)) {
+		sts, err := ordertest.Broadcast(ctx, c, envs, after)
+		if err != nil {
+			t.Errorf("broadcast: %v", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for i, r := range sts {
+			if r.Status != cb.Status_SUCCESS {
+				t.Errorf("envelope %q: %v", envs[i].Payload[len(envs[i].Payload)-8:], r)
+				continue
+			}
+			accepted = append(accepted, envs[i])
+		}
+	}
+
+	// Signed envelopes through two orderers at once; forged ones refused.
+	var wg sync.WaitGroup
+	wg.Go(func() { send(clients[0], envelopes(writer, "first", 25), nil) })
+	wg.Go(func() { send(clients[1], envelopes(writer, "second", 25), nil) })
+	forged := envelopes(forger, "forged", 3)
+	tampered := proto.Clone(envelopes(writer, "tampered", 1)[0]).(*cb.Envelope)
+	tampered.Payload[len(tampered.Payload)-1] ^= 1
+	forged = append(forged, tampered, envelopes(reader, "reader", 1)[0])
+	sts, err := ordertest.Broadcast(ctx, clients[2], forged, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range sts {
+		if r.Status != cb.Status_FORBIDDEN || r.Info == "" {
+			t.Errorf("forged envelope %d: %v, want FORBIDDEN with a reason", i, r)
+		}
+	}
+	wg.Wait()
+
+	// The primary of view 0, orderer 0, is killed while orderer 1 takes a
+	// stream of envelopes; then more go through orderer 2.
+	start := time.Now()
+	wg.Go(func() {
+		send(clients[1], envelopes(writer, "during", 40), func(i int) {
+			if i == 9 {
+				procs[0].Process.Kill()
+			}
+		})
+	})
+	wg.Wait()
+	during := time.Since(start)
+	procs[0].Wait()
+	if ws, ok := procs[0].ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("orderer 0 was not killed by SIGKILL: %v", procs[0].ProcessState)
+	}
+	send(clients[2], envelopes(writer, "after", 20), nil)
+	if t.Failed() {
+		return
+	}
+
+	a := chain(t, clients[2], reader, keys, len(accepted))
+	b := chain(t, clients[3], reader, keys, len(accepted))
+	if len(a) != len(b) {
+		t.Fatalf("orderers 2 and 3 delivered %d and %d blocks for the same envelopes", len(a), len(b))
+	}
+	for n := range a {
+		if !proto.Equal(a[n], b[n]) {
+			t.Fatalf("block %d differs between orderers 2 and 3", n)
+		}
+	}
+	seen := make(map[string]int)
+	for _, blk := range a {
+		for _, d := range blk.Data.Data {
+			seen[string(d)]++
+		}
+	}
+	for _, e := range accepted {
+		raw, _ := proto.Marshal(e)
+		if seen[string(raw)] != 1 {
+			t.Errorf("an accepted envelope is in the chain %d times", seen[string(raw)])
+		}
+	}
+	for _, e := range forged {
+		raw, _ := proto.Marshal(e)
+		if seen[string(raw)] != 0 {
+			t.Error("a forged envelope is in the chain")
+		}
+	}
+	if len(seen) != len(accepted) || len(accepted) != 110 {
+		t.Fatalf("%d distinct envelopes in the chain, %d accepted of 110", len(seen), len(accepted))
+	}
+	t.Logf("%d envelopes in %d blocks; 40 envelopes across the primary's crash in %v", len(accepted), len(a), during)
+}
