@@ -416,3 +416,53 @@ func TestAppSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestVerifySignatures: a block a Byzantine orderer altered, or whose
+// signatures it cut below the quorum or padded with one orderer's twice,
+// fails the check a client makes.
+func TestVerifySignatures(t *testing.T) {
+	h := newHarness(t, block.Config{MaxMessageCount: 1})
+	h.exec(t, order.EnvelopeOp(h.envelope(t, h.writer, "x")))
+	h.signAll(t, 0, 0, 1, 2)
+	good := h.checkChains(t)[0]
+	if err := order.VerifySignatures(good, h.pubs, 3); err != nil {
+		t.Fatal(err)
+	}
+	withSigs := func(b *cb.Block, f func(md *cb.Metadata)) *cb.Block {
+		b = proto.Clone(b).(*cb.Block)
+		md := new(cb.Metadata)
+		if err := proto.Unmarshal(b.Metadata.Metadata[cb.BlockMetadataIndex_SIGNATURES], md); err != nil {
+			t.Fatal(err)
+		}
+		f(md)
+		b.Metadata.Metadata[cb.BlockMetadataIndex_SIGNATURES], _ = proto.Marshal(md)
+		return b
+	}
+	altered := proto.Clone(good).(*cb.Block)
+	altered.Header.DataHash = block.DataHash([][]byte{[]byte("other")})
+	renumbered := proto.Clone(good).(*cb.Block)
+	renumbered.Header.Number = 7
+	for name, b := range map[string]*cb.Block{
+		"data hash altered": altered,
+		"renumbered":        renumbered,
+		"one signature cut": withSigs(good, func(md *cb.Metadata) { md.Signatures = md.Signatures[:2] }),
+		"one signer twice": withSigs(good, func(md *cb.Metadata) {
+			md.Signatures = append(md.Signatures[:2], md.Signatures[0])
+		}),
+		"another value": withSigs(good, func(md *cb.Metadata) { md.Value = []byte("x") }),
+		"no metadata":   {Header: good.Header, Data: good.Data},
+	} {
+		if err := order.VerifySignatures(b, h.pubs, 3); !errors.Is(err, order.ErrSignatures) {
+			t.Errorf("%s: %v, want ErrSignatures", name, err)
+		}
+		if name != "another value" && name != "no metadata" {
+			keys := make([][]byte, len(h.pubs))
+			for i, k := range h.pubs {
+				keys[i] = k
+			}
+			if err := ordertest.CheckSignatures(b, keys, 3); err == nil {
+				t.Errorf("%s: the test client's check passed it", name)
+			}
+		}
+	}
+}

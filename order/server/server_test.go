@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,8 @@ import (
 
 	"github.com/rubin-go/rubin/bft"
 	"github.com/rubin-go/rubin/bft/auth"
+	"github.com/rubin-go/rubin/bft/node"
+	"github.com/rubin-go/rubin/order"
 	"github.com/rubin-go/rubin/order/block"
 	"github.com/rubin-go/rubin/order/envelope"
 	"github.com/rubin-go/rubin/order/ordertest"
@@ -28,6 +31,7 @@ import (
 const channel = "mychannel"
 
 type cluster struct {
+	auth     *auth.Cluster // with a client identity no orderer uses, 4
 	orderers []*server.Orderer
 	keys     [][]byte
 	writer   *ordertest.Signer
@@ -58,10 +62,11 @@ func startCluster(t *testing.T, bc block.Config) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, err := auth.Generate(4, 4, "127.0.0.1", 1, nil)
+	cl, err := auth.Generate(4, 5, "127.0.0.1", 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	c.auth = cl
 	var rlns []net.Listener
 	for i := range cl.Replicas {
 		ln := listen(t)
@@ -325,4 +330,74 @@ func TestDeliverStatuses(t *testing.T) {
 	if _, err := stream2.Recv(); err == nil || errors.Is(err, io.EOF) {
 		t.Fatalf("a cancelled stream: %v", err)
 	}
+}
+
+// TestByzantineOrderer: a party holding a cluster client identity, as a
+// Byzantine orderer does, orders ops directly, past any orderer's
+// Broadcast checks: a forged envelope, a forged block signature and an
+// early timeout cut. The replicas refuse the first two and ignore the
+// third; the chain holds only the envelopes correctly broadcast.
+func TestByzantineOrderer(t *testing.T) {
+	c := startCluster(t, block.Config{MaxMessageCount: 2, BatchTimeout: time.Hour})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	byz, err := node.NewClient(ctx, node.ClientConfig{Cluster: c.auth, ID: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer byz.Close()
+	invoke := func(op []byte) order.Result {
+		t.Helper()
+		res, err := byz.Invoke(ctx, op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := order.ParseResult(res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	forged, _ := proto.Marshal(mustEnvelope(t, c.forger, cb.HeaderType_ENDORSER_TRANSACTION, channel, "forged"))
+	if r := invoke(order.EnvelopeOp(forged)); r.Status != cb.Status_FORBIDDEN {
+		t.Fatalf("a forged envelope ordered directly: %v", r)
+	}
+	good := mustEnvelope(t, c.writer, cb.HeaderType_ENDORSER_TRANSACTION, channel, "good 0")
+	if r := broadcast(t, c.dial(t, 0), []*cb.Envelope{good}); r[0].Status != cb.Status_SUCCESS {
+		t.Fatalf("a good envelope: %v", r[0])
+	}
+	// An early cut: BatchTimeout is an hour in agreed time.
+	if r := invoke(order.CutOp(0)); r.Status != cb.Status_SUCCESS {
+		t.Fatalf("a cut op: %v", r)
+	}
+	good2 := mustEnvelope(t, c.writer, cb.HeaderType_ENDORSER_TRANSACTION, channel, "good 1")
+	if r := broadcast(t, c.dial(t, 1), []*cb.Envelope{good2}); r[0].Status != cb.Status_SUCCESS {
+		t.Fatalf("a good envelope: %v", r[0])
+	}
+	// Block 0 is cut, by count, holding both good envelopes: the early
+	// cut cut nothing. A signature of it by a key that is not orderer 3's
+	// is refused.
+	_, wrong, _ := ed25519.GenerateKey(nil)
+	hdr := block.New(0, nil, [][]byte{mustMarshal(t, good), mustMarshal(t, good2)}).Header
+	if r := invoke(order.SignOp(3, 0, order.SignHeader(wrong, 3, hdr))); r.Status != cb.Status_FORBIDDEN && r.Status != cb.Status_NOT_FOUND {
+		t.Fatalf("a forged block signature: %v", r)
+	}
+	blocks := c.deliverUntil(t, 2, 2)
+	if len(blocks) != 1 || len(blocks[0].Data.Data) != 2 {
+		t.Fatalf("%d blocks, the first of %d envelopes; want one of 2", len(blocks), len(blocks[0].Data.Data))
+	}
+	for _, d := range blocks[0].Data.Data {
+		if string(d) == string(forged) {
+			t.Fatal("the forged envelope is in a block")
+		}
+	}
+}
+
+func mustMarshal(t *testing.T, m proto.Message) []byte {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
