@@ -7,6 +7,7 @@ import (
 
 	cb "github.com/hyperledger/fabric-protos-go-apiv2/common"
 	ab "github.com/hyperledger/fabric-protos-go-apiv2/orderer"
+	"google.golang.org/protobuf/proto"
 )
 
 // Broadcast sends envs on one Broadcast stream of c, each after the
@@ -72,4 +73,52 @@ func DeliverChain(ctx context.Context, c ab.AtomicBroadcastClient, reader *Signe
 		got += len(b.Data.Data)
 	}
 	return blocks, CheckChain(0, blocks)
+}
+
+// CheckDelivered checks what orderers delivered against what was
+// broadcast: every chain holds the same blocks, and among their
+// envelopes each accepted one is there exactly once, no refused one is,
+// and nothing else.
+func CheckDelivered(chains [][]*cb.Block, accepted, refused []*cb.Envelope) error {
+	if len(chains) == 0 {
+		return fmt.Errorf("no chain")
+	}
+	for k, c := range chains[1:] {
+		if len(c) != len(chains[0]) {
+			return fmt.Errorf("chain %d holds %d blocks, chain 0 %d", k+1, len(c), len(chains[0]))
+		}
+		for n := range c {
+			if !proto.Equal(c[n], chains[0][n]) {
+				return fmt.Errorf("block %d of chain %d differs from chain 0's", n, k+1)
+			}
+		}
+	}
+	seen := make(map[string]int)
+	for _, b := range chains[0] {
+		for _, d := range b.GetData().GetData() {
+			seen[string(d)]++
+		}
+	}
+	for i, e := range accepted {
+		raw, err := proto.Marshal(e)
+		if err != nil {
+			return err
+		}
+		if seen[string(raw)] != 1 {
+			return fmt.Errorf("accepted envelope %d is in the chain %d times", i, seen[string(raw)])
+		}
+	}
+	for i, e := range refused {
+		raw, err := proto.Marshal(e)
+		if err != nil {
+			return err
+		}
+		if seen[string(raw)] != 0 {
+			return fmt.Errorf("refused envelope %d is in the chain", i)
+		}
+	}
+	if len(seen) != len(accepted) {
+		return fmt.Errorf("%d distinct envelopes in the chain, %d accepted", len(seen), len(accepted))
+	}
+	return nil
 }

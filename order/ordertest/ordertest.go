@@ -1,4 +1,4 @@
-// Package ordertest is a Fabric client for tests of the orderer: an
+// Package ordertest is a Fabric client for the orderer's tests and demo: an
 // ECDSA certificate authority, identities it issues, envelopes they sign
 // as Fabric's SDKs do, and a check of a delivered chain by Fabric's hash
 // rules. It is built only from the standard library and
