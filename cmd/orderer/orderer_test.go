@@ -53,6 +53,8 @@ func TestUsageErrors(t *testing.T) {
 		{"keygen", "extra"},
 		{"replica", "-id", "0", "-transport", "udp"},
 		{"replica", "-nosuchflag"},
+		{"demo", "-envelopes", "1"},
+		{"demo", "-transport", "udp"},
 	} {
 		if code, _, stderr := runCmd(t, args...); code != cli.ExitUsage {
 			t.Errorf("orderer %s: exit status %d, want %d; stderr:\n%s", strings.Join(args, " "), code, cli.ExitUsage, stderr)
@@ -87,5 +89,17 @@ func TestKeygen(t *testing.T) {
 	r, _ := os.ReadFile(readers)
 	if ch.file.Channel != "mychannel" || ch.file.Writers != string(w) || ch.file.Readers != string(r) || ch.block.BatchTimeout != 250*time.Millisecond || len(ch.file.Broadcast) != 4 || ch.file.Broadcast[3] != "127.0.0.1:7053" {
 		t.Fatalf("channel file %+v", ch.file)
+	}
+}
+
+func TestDemo(t *testing.T) {
+	code, stdout, stderr := runCmd(t, "demo", "-envelopes", "60")
+	if code != cli.ExitOK {
+		t.Fatalf("demo: exit status %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	for _, want := range []string{"crashing orderer 0", "envelopes ordered; view ", "verified:", "each of the 60 envelopes once"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("the demo did not say %q:\n%s", want, stdout)
+		}
 	}
 }

@@ -80,20 +80,22 @@ var layers = []layer{
 	{"fabric envelopes", []string{"order/envelope"}, nil},
 	{"ordering service", []string{"order"}, []string{"bft core", "fabric blocks", "fabric envelopes"}},
 	{"ordering server", []string{"order/server"}, []string{"ordering service", "bft driver"}},
+	// A Fabric client sharing no code with the orderer: the tests' and
+	// the demo's.
+	{"fabric test client", []string{"order/ordertest"}, nil},
 
 	// What only tests import.
 	{"test helpers", []string{"internal/leakcheck", "internal/netns", "internal/rdmatest", "internal/layering"}, nil},
 	{"conformance suite", []string{"channel/channeltest"}, []string{"selector", "test helpers"}},
 	{"simulated network", []string{"bft/internal/simnet"}, []string{"bft auth"}},
 	{"byzantine coordination", []string{"coord/coordtest"}, []string{"coordination service"}},
-	{"fabric test client", []string{"order/ordertest"}, nil},
 	{"process tests", []string{"internal/proctest"}, []string{"bft auth"}},
 
 	// Programs on top.
 	{"measuring", []string{"internal/stats", "internal/cost", "benchmarks/internal/benchkit"}, nil},
 	{"command line", []string{"internal/cli"}, nil},
 	{"commands", []string{"cmd/echo", "cmd/bft", "cmd/coord", "cmd/orderer", "benchmarks", "benchmarks/echobench", "benchmarks/rdmabench", "benchmarks/bftbench", "benchmarks/coordbench"},
-		[]string{"metrics", "rdma transport", "bft driver", "bft services", "coordination gateway", "ordering server", "measuring", "command line"}},
+		[]string{"metrics", "rdma transport", "bft driver", "bft services", "coordination gateway", "ordering server", "fabric test client", "measuring", "command line"}},
 }
 
 // A listed is one package of the module as go list reports it.
