@@ -5,6 +5,7 @@ import (
 	"time"
 
 	cb "github.com/hyperledger/fabric-protos-go-apiv2/common"
+	"github.com/hyperledger/fabric-protos-go-apiv2/msp"
 	ab "github.com/hyperledger/fabric-protos-go-apiv2/orderer"
 	"google.golang.org/protobuf/proto"
 
@@ -150,5 +151,22 @@ func TestSeekInfo(t *testing.T) {
 		if _, err := envelope.SeekInfo(p); envelope.StatusOf(err) != cb.Status_BAD_REQUEST {
 			t.Errorf("%s: %v, want BAD_REQUEST", name, err)
 		}
+	}
+}
+
+// TestOrdererCreator: a creator of the orderers' MSP parses without a
+// certificate, and no CA policy authorizes it.
+func TestOrdererCreator(t *testing.T) {
+	f := newFixture(t)
+	creator := marshal(t, &msp.SerializedIdentity{Mspid: envelope.OrdererMSPID, IdBytes: []byte("0")})
+	ch := marshal(t, &cb.ChannelHeader{Type: int32(cb.HeaderType_ENDORSER_TRANSACTION), ChannelId: channel})
+	sh := marshal(t, &cb.SignatureHeader{Creator: creator})
+	payload := marshal(t, &cb.Payload{Header: &cb.Header{ChannelHeader: ch, SignatureHeader: sh}})
+	p, err := envelope.Parse(marshal(t, &cb.Envelope{Payload: payload, Signature: []byte("sig")}), channel)
+	if err != nil || p.Cert != nil || p.Creator.Mspid != envelope.OrdererMSPID {
+		t.Fatalf("Parse = %v, %v", p, err)
+	}
+	if err := f.policy.Authorize(p, time.Now()); envelope.StatusOf(err) != cb.Status_FORBIDDEN {
+		t.Fatalf("Authorize = %v, want FORBIDDEN", err)
 	}
 }
