@@ -22,8 +22,9 @@
 // prints "orderer I listening on ADDR, broadcast on ADDR". With -data-dir
 // its replica persists its log and snapshots there; the blocks it
 // delivers are kept in memory (the on-disk ledger is not part of this
-// command yet), so a restarted orderer orders and signs but cannot
-// deliver the blocks it lost.
+// command yet), and an orderer restarted on its data directory fetches
+// the blocks it lost from the other orderers' AtomicBroadcast addresses
+// in the channel file, checking each by its signatures and hashes.
 //
 // demo starts four orderers in this process, a writer that broadcasts
 // through orderer 1 while orderer 0, the primary, crashes halfway, and a

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,10 +42,31 @@ var announcement = regexp.MustCompile(`^orderer \d+ listening on \S+, broadcast 
 // address; the test's cleanup kills it.
 func startOrderer(t *testing.T, file, dataDir string, id int) (*exec.Cmd, string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "replica", "-id", strconv.Itoa(id), "-cluster", file, "-data-dir", dataDir, "-listen", "127.0.0.1:0", "-transport", "tcp")
+	cmd := exec.Command(os.Args[0], "replica", "-id", strconv.Itoa(id), "-cluster", file, "-data-dir", dataDir, "-transport", "tcp")
 	cmd.Env = append(os.Environ(), "RUBIN_ORDERER_EXEC=1")
 	m, _ := proctest.Start(t, cmd, announcement, 30*time.Second)
 	return cmd, m[1]
+}
+
+// freeBroadcastPorts gives the orderers of a channel file loopback ports
+// for AtomicBroadcast that were free a moment ago.
+func freeBroadcastPorts(t *testing.T, file string) {
+	t.Helper()
+	ch, err := loadChannel(channelPath(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range ch.file.Broadcast {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch.file.Broadcast[i] = ln.Addr().String()
+		ln.Close()
+	}
+	if err := ch.file.save(channelPath(file)); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // chain delivers blocks from orderer c from block 0 until they hold n
@@ -65,7 +87,9 @@ func chain(t *testing.T, c ab.AtomicBroadcastClient, reader *ordertest.Signer, k
 // the primary is killed with SIGKILL while a writer broadcasts, and more
 // envelopes go through the others; two orderers then deliver the same
 // chain, valid by Fabric's hash rules and signed by 2f+1 orderers, with
-// every accepted envelope exactly once and no refused one.
+// every accepted envelope exactly once and no refused one. The killed
+// orderer, restarted on its data directory, delivers the same chain, and
+// orders and signs again with another orderer killed.
 func TestProcesses(t *testing.T) {
 	dir := t.TempDir()
 	writersCA, writersFile := writeCA(t, dir, "writers")
@@ -76,6 +100,7 @@ func TestProcesses(t *testing.T) {
 		t.Fatalf("keygen: %d\n%s", code, stderr)
 	}
 	cl := proctest.FreePorts(t, file)
+	freeBroadcastPorts(t, file)
 	var keys [][]byte
 	for _, r := range cl.Replicas {
 		keys = append(keys, r.PublicKey)
@@ -177,5 +202,18 @@ func TestProcesses(t *testing.T) {
 	if len(accepted) != 110 {
 		t.Fatalf("%d envelopes accepted of 110", len(accepted))
 	}
-	t.Logf("%d envelopes in %d blocks; 40 envelopes across the primary's crash in %v", len(accepted), len(a), during)
+	// Orderer 0, restarted on its data directory, takes part again (with
+	// orderer 1 killed, the cluster needs it) and delivers the same chain.
+	procs[0], _ = startOrderer(t, file, filepath.Join(dir, "0"), 0)
+	procs[1].Process.Kill()
+	procs[1].Wait()
+	send(clients[0], envelopes(writer, "restarted", 10), nil)
+	if t.Failed() {
+		return
+	}
+	final := [][]*cb.Block{chain(t, clients[0], reader, keys, len(accepted)), chain(t, clients[3], reader, keys, len(accepted))}
+	if err := ordertest.CheckDelivered(final, accepted, forged); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d envelopes in %d blocks; 40 envelopes across the primary's crash in %v", len(accepted), len(final[0]), during)
 }

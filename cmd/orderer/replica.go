@@ -65,6 +65,7 @@ func runReplica(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		Readers:   ch.readers,
 		Block:     ch.block,
 		DataDir:   dataDir,
+		Peers:     ch.file.Broadcast,
 		Listener:  ln,
 		Logger:    slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("orderer", id),
 	})

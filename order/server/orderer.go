@@ -49,6 +49,10 @@ type OrdererConfig struct {
 	// DataDir, if set, is where the PBFT replica persists its log and
 	// snapshots (node.ReplicaConfig.DataDir).
 	DataDir string
+	// Peers are where the orderers serve AtomicBroadcast, by ID: a
+	// restarted orderer fetches the blocks it lacks from them (none: it
+	// does not; its own entry is not used).
+	Peers []string
 	// Listener is where gRPC is served; the Orderer closes it.
 	Listener net.Listener
 	// ReplicaListener, if set, gives the replica its address (see
@@ -66,6 +70,7 @@ type Orderer struct {
 	app     *order.App
 	replica *node.Replica
 	key     ed25519.PrivateKey
+	keys    []ed25519.PublicKey // the orderers', by ID
 	srv     *Server
 }
 
@@ -110,8 +115,8 @@ func NewOrderer(cfg OrdererConfig) (*Orderer, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &Orderer{cfg: cfg, app: app, replica: r, key: ed25519.NewKeyFromSeed(c.Replicas[cfg.ID].PrivateKey)}
-	o.srv = New(Config{Channel: cfg.Channel, Writers: cfg.Writers, Readers: cfg.Readers, Chain: chain, AbsoluteMaxBytes: cfg.Block.Normalized().AbsoluteMaxBytes, Logger: cfg.Logger})
+	o := &Orderer{cfg: cfg, app: app, replica: r, key: ed25519.NewKeyFromSeed(c.Replicas[cfg.ID].PrivateKey), keys: keys}
+	o.srv = New(Config{Channel: cfg.Channel, Writers: cfg.Writers, Readers: cfg.Readers, Orderers: keys, Chain: chain, AbsoluteMaxBytes: cfg.Block.Normalized().AbsoluteMaxBytes, Logger: cfg.Logger})
 	return o, nil
 }
 
@@ -150,6 +155,9 @@ func (o *Orderer) Run(ctx context.Context) error {
 			errs <- err
 		}
 	})
+	if len(o.cfg.Peers) > 0 {
+		wg.Go(func() { o.catchUp(ctx) })
+	}
 	gs := grpc.NewServer(grpc.MaxRecvMsgSize(MaxOpSize))
 	ab.RegisterAtomicBroadcastServer(gs, o.srv)
 	wg.Go(func() {
