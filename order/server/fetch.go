@@ -11,115 +11,66 @@ import (
 	cb "github.com/hyperledger/fabric-protos-go-apiv2/common"
 	"github.com/hyperledger/fabric-protos-go-apiv2/msp"
 	ab "github.com/hyperledger/fabric-protos-go-apiv2/orderer"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/rubin-go/rubin/order"
 	"github.com/rubin-go/rubin/order/block"
+	"github.com/rubin-go/rubin/order/deliver"
 	"github.com/rubin-go/rubin/order/envelope"
 )
 
-// fetchTimeout bounds one fetch from one orderer.
-const fetchTimeout = 30 * time.Second
-
 // catchUp closes the chain's gaps (order.Chain.Missing) with blocks from
-// the other orderers until ctx ends: it asks them in turn, from the one
-// after the last that failed, with a seek request signed as an orderer,
-// and takes a block only if it carries 2f+1 valid signatures and follows
-// the block before by Fabric's hash rules, so a Byzantine orderer can
-// delay the catch-up but not corrupt it. After a round in which no
-// orderer gave a block it waits a second.
-func (o *Orderer) catchUp(ctx context.Context) {
+// the other orderers until ctx ends, through a deliver.Client: a block is
+// taken only with 2f+1 valid signatures and Fabric's hash link to the
+// block before, and an orderer that fails, lies or withholds is left for
+// the next, so a Byzantine orderer can delay the catch-up but not
+// corrupt it.
+func (o *Orderer) catchUp(ctx context.Context) error {
+	peers := append([]string{}, o.cfg.Peers...)
+	peers[o.cfg.ID] = ""
+	dc, err := deliver.New(deliver.Config{Orderers: peers, Keys: o.keys, Quorum: 2*o.cfg.Cluster.F + 1, Seek: o.seek, Logger: o.cfg.Logger})
+	if err != nil {
+		return err
+	}
 	chain := o.app.Chain()
-	next := 0
 	for {
 		from, to, more := chain.Missing()
 		if from >= to {
 			select {
 			case <-ctx.Done():
-				return
+				return nil
 			case <-more:
 			}
 			continue
 		}
-		got := 0
-		for k := range len(o.cfg.Peers) {
-			i := (next + k) % len(o.cfg.Peers)
-			if i == int(o.cfg.ID) || o.cfg.Peers[i] == "" {
-				continue
+		err := dc.Blocks(ctx, from, to-1, nil, func(b *cb.Block) error {
+			raw, err := deterministic.Marshal(b)
+			if err != nil {
+				return err
 			}
-			n, err := o.fetchFrom(ctx, i, from, to)
-			got += n
-			if err == nil {
-				break
-			}
-			o.cfg.Logger.Debug("fetching blocks", "from", i, "blocks", fmt.Sprintf("[%d, %d)", from, to), "got", n, "err", err)
-			next = i + 1
+			return chain.Fill(b.GetHeader().GetNumber(), raw, func(prev *cb.BlockHeader) error { return block.Check(prev, b) })
+		})
+		if ctx.Err() != nil {
+			return nil
 		}
-		if got > 0 {
-			o.cfg.Logger.Info("fetched missing blocks", "blocks", got, "height", from+uint64(got))
+		if err != nil {
+			// The App stored a block first, or the store failed: look again
+			// after a pause.
+			o.cfg.Logger.Debug("catching up", "blocks", fmt.Sprintf("[%d, %d)", from, to), "err", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
 			continue
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-// fetchFrom fetches blocks [from, to) from orderer i, adding each to the
-// chain, and returns how many it added.
-func (o *Orderer) fetchFrom(ctx context.Context, i int, from, to uint64) (int, error) {
-	conn, err := grpc.NewClient(o.cfg.Peers[i], grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
-	defer cancel()
-	stream, err := ab.NewAtomicBroadcastClient(conn).Deliver(ctx)
-	if err != nil {
-		return 0, err
-	}
-	seek, err := o.seek(from, to-1)
-	if err != nil {
-		return 0, err
-	}
-	if err := stream.Send(seek); err != nil {
-		return 0, err
-	}
-	quorum := 2*o.cfg.Cluster.F + 1
-	for n := 0; ; n++ {
-		r, err := stream.Recv()
-		if err != nil {
-			return n, err
-		}
-		b := r.GetBlock()
-		if b == nil {
-			if st := r.GetStatus(); st != cb.Status_SUCCESS {
-				return n, fmt.Errorf("status %v", st)
-			}
-			return n, nil
-		}
-		if err := order.VerifySignatures(b, o.keys, quorum); err != nil {
-			return n, err
-		}
-		raw, err := deterministic.Marshal(b)
-		if err != nil {
-			return n, err
-		}
-		if err := o.app.Chain().Fill(b.GetHeader().GetNumber(), raw, func(prev *cb.BlockHeader) error { return block.Check(prev, b) }); err != nil {
-			return n, err
-		}
+		o.cfg.Logger.Info("fetched missing blocks", "from", from, "to", to)
 	}
 }
 
 var deterministic = proto.MarshalOptions{Deterministic: true}
 
-// seek returns a request for blocks first to last, failing if not ready,
+// seek returns a request for blocks first to last, waiting for them,
 // signed as this orderer (envelope.OrdererMSPID).
 func (o *Orderer) seek(first, last uint64) (*cb.Envelope, error) {
 	nonce := make([]byte, 24)
@@ -141,7 +92,7 @@ func (o *Orderer) seek(first, last uint64) (*cb.Envelope, error) {
 	spec := func(n uint64) *ab.SeekPosition {
 		return &ab.SeekPosition{Type: &ab.SeekPosition_Specified{Specified: &ab.SeekSpecified{Number: n}}}
 	}
-	data, err := proto.Marshal(&ab.SeekInfo{Start: spec(first), Stop: spec(last), Behavior: ab.SeekInfo_FAIL_IF_NOT_READY})
+	data, err := proto.Marshal(&ab.SeekInfo{Start: spec(first), Stop: spec(last), Behavior: ab.SeekInfo_BLOCK_UNTIL_READY})
 	if err != nil {
 		return nil, err
 	}

@@ -135,7 +135,7 @@ func (o *Orderer) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, 3)
+	errs := make(chan error, 4)
 	wg.Go(func() {
 		if err := o.replica.Run(ctx); err != nil {
 			errs <- err
@@ -156,7 +156,12 @@ func (o *Orderer) Run(ctx context.Context) error {
 		}
 	})
 	if len(o.cfg.Peers) > 0 {
-		wg.Go(func() { o.catchUp(ctx) })
+		wg.Go(func() {
+			if err := o.catchUp(ctx); err != nil {
+				errs <- err
+				cancel()
+			}
+		})
 	}
 	gs := grpc.NewServer(grpc.MaxRecvMsgSize(MaxOpSize))
 	ab.RegisterAtomicBroadcastServer(gs, o.srv)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/rubin-go/rubin/bft/node"
 	"github.com/rubin-go/rubin/order"
 	"github.com/rubin-go/rubin/order/block"
+	"github.com/rubin-go/rubin/order/deliver"
 	"github.com/rubin-go/rubin/order/envelope"
 	"github.com/rubin-go/rubin/order/ordertest"
 	"github.com/rubin-go/rubin/order/server"
@@ -452,4 +454,118 @@ func TestRestartCatchesUp(t *testing.T) {
 		t.Fatal("the restarted orderer fetched no block: the test did not lose any")
 	}
 	t.Logf("%d envelopes; the restarted orderer fetched %d blocks", len(envs), c.orderers[3].Chain().Filled())
+}
+
+// byzantine is an orderer's AtomicBroadcast that lies in Deliver: it
+// serves the real blocks it holds altered ("tamper"), out of order
+// ("reorder"), or not at all ("withhold").
+type byzantine struct {
+	ab.UnimplementedAtomicBroadcastServer
+	mode   string
+	blocks []*cb.Block
+	asked  atomic.Int32
+}
+
+func (b *byzantine) Deliver(stream ab.AtomicBroadcast_DeliverServer) error {
+	if _, err := stream.Recv(); err != nil {
+		return err
+	}
+	b.asked.Add(1)
+	send := func(blk *cb.Block) error {
+		return stream.Send(&ab.DeliverResponse{Type: &ab.DeliverResponse_Block{Block: blk}})
+	}
+	switch b.mode {
+	case "tamper":
+		blk := proto.Clone(b.blocks[0]).(*cb.Block)
+		blk.Data.Data[0] = []byte("not what was ordered")
+		blk.Header.DataHash = block.DataHash(blk.Data.Data)
+		return send(blk)
+	case "reorder":
+		if err := send(b.blocks[1]); err != nil {
+			return err
+		}
+		return send(b.blocks[0])
+	}
+	<-stream.Context().Done()
+	return nil
+}
+
+// serve runs srv's AtomicBroadcast on a loopback port until the test
+// ends, and returns its address.
+func serve(t *testing.T, srv ab.AtomicBroadcastServer) string {
+	t.Helper()
+	ln := listen(t)
+	gs := grpc.NewServer()
+	ab.RegisterAtomicBroadcastServer(gs, srv)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		gs.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		gs.Stop()
+		<-done
+	})
+	return ln.Addr().String()
+}
+
+// TestDeliverClientSwitches: a delivery client asking, in turn, an
+// orderer that alters blocks, one that reorders them and one that
+// withholds them before a correct one gets exactly the correct chain,
+// having left each liar.
+func TestDeliverClientSwitches(t *testing.T) {
+	c := startCluster(t, block.Config{MaxMessageCount: 3, BatchTimeout: 100 * time.Millisecond})
+	var envs []*cb.Envelope
+	for i := range 12 {
+		envs = append(envs, mustEnvelope(t, c.writer, cb.HeaderType_MESSAGE, channel, fmt.Sprint(i)))
+	}
+	broadcast(t, c.dial(t, 0), envs)
+	real := c.deliverUntil(t, 0, len(envs))
+	liars := []*byzantine{{mode: "tamper", blocks: real}, {mode: "reorder", blocks: real}, {mode: "withhold", blocks: real}}
+	var addrs []string
+	for _, l := range liars {
+		addrs = append(addrs, serve(t, l))
+	}
+	addrs = append(addrs, c.orderers[2].Addr())
+	keys := make([]ed25519.PublicKey, len(c.keys))
+	for i, k := range c.keys {
+		keys[i] = k
+	}
+	dc, err := deliver.New(deliver.Config{
+		Orderers: addrs, Keys: keys, Quorum: 3, Patience: 300 * time.Millisecond, Retry: 50 * time.Millisecond,
+		Seek: func(start, stop uint64) (*cb.Envelope, error) {
+			return c.reader.Seek(channel, &ab.SeekInfo{Start: ordertest.Specified(start), Stop: ordertest.Specified(stop)})
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var got []*cb.Block
+	last := uint64(len(real) - 1)
+	if err := dc.Blocks(ctx, 0, last, nil, func(b *cb.Block) error { got = append(got, b); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := ordertest.CheckDelivered([][]*cb.Block{real, got}, envs, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range liars {
+		if l.asked.Load() == 0 {
+			t.Errorf("the %s orderer was never asked", l.mode)
+		}
+	}
+	// From the middle, with the header before, the client goes on alike;
+	// and fn's error ends it.
+	stop := errors.New("enough")
+	n := 0
+	err = dc.Blocks(ctx, 1, last, real[0].Header, func(*cb.Block) error {
+		if n++; n == 2 {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) || n != 2 {
+		t.Fatalf("Blocks = %v after %d blocks, want fn's error after 2", err, n)
+	}
 }
