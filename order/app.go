@@ -33,10 +33,26 @@ type Config struct {
 	// signatures catch up.
 	MaxUnfinal int
 
+	// Observer, if set, is told of every block cut and made final, for
+	// metrics.
+	Observer Observer
+
 	// Self is this replica's ID: the Duties sign for it.
 	Self uint32
 	// Chain receives the final blocks (default: a chain in memory).
 	Chain *Chain
+}
+
+// Observer is told what the App does. Its methods run on the App's
+// goroutine, inside Execute, so they must be quick; a replica replaying
+// its log after a restart tells them again.
+type Observer interface {
+	// Cut: block number was cut holding envelopes envelopes of size
+	// bytes in all, wait after its first envelope was ordered (in agreed
+	// time).
+	Cut(number uint64, envelopes, bytes int, wait time.Duration)
+	// Final: block number became final.
+	Final(number uint64)
 }
 
 // App is the ordering service as a bft.App. It is not safe for concurrent
@@ -103,7 +119,8 @@ func (a *App) Execute(ctx bft.ExecContext, b []byte) []byte {
 		r = a.envelope(o.env, ctx.Time)
 	case kindCut:
 		if o.number == a.next && a.cutter.Due(ctx.Time) {
-			a.cut(a.cutter.Cut())
+			since := a.cutter.Since()
+			a.cut(a.cutter.Cut(), ctx.Time.Sub(since))
 		}
 		r.Status = cb.Status_SUCCESS
 	case kindSign:
@@ -130,19 +147,34 @@ func (a *App) envelope(env []byte, now time.Time) Result {
 	if err != nil {
 		return Result{Status: envelope.StatusOf(err), Info: err.Error()}
 	}
+	since := a.cutter.Since()
 	batches, err := a.cutter.Ordered(append([]byte(nil), env...), now)
 	if err != nil {
 		return Result{Status: cb.Status_BAD_REQUEST, Info: err.Error()}
 	}
 	for _, b := range batches {
-		a.cut(b)
+		// The first batch cut waited since the first envelope pending
+		// before this one, if any; a later one holds this envelope.
+		wait := time.Duration(0)
+		if !since.IsZero() {
+			wait = now.Sub(since)
+		}
+		a.cut(b, wait)
+		since = time.Time{}
 	}
 	return Result{Status: cb.Status_SUCCESS}
 }
 
-// cut makes the next block of batch.
-func (a *App) cut(batch [][]byte) {
+// cut makes the next block of batch, whose first envelope waited wait.
+func (a *App) cut(batch [][]byte, wait time.Duration) {
 	b := block.New(a.next, a.prevHash, batch)
+	if a.cfg.Observer != nil {
+		size := 0
+		for _, e := range batch {
+			size += len(e)
+		}
+		a.cfg.Observer.Cut(b.Header.Number, len(batch), size, wait)
+	}
 	a.prevHash = block.HeaderHash(b.Header)
 	a.next++
 	a.unfinal = append(a.unfinal, &unfinal{block: b, by: make(map[uint32]bool)})
@@ -173,6 +205,9 @@ func (a *App) finalize() {
 		u := a.unfinal[0]
 		u.block.Metadata.Metadata[cb.BlockMetadataIndex_SIGNATURES] = mustMarshal(&cb.Metadata{Value: metadataValue, Signatures: u.sigs})
 		a.cfg.Chain.put(a.final, mustMarshal(u.block))
+		if a.cfg.Observer != nil {
+			a.cfg.Observer.Final(a.final)
+		}
 		a.unfinal[0] = nil
 		a.unfinal = a.unfinal[1:]
 		a.final++

@@ -6,7 +6,7 @@
 // Usage:
 //
 //	orderer keygen -n 4 -base-port 7100 -out cluster.json -channel NAME -writers CA.pem [-readers CA.pem] [-host 127.0.0.1] [-broadcast-port 7050] [-max-message-count 500] [-absolute-max-bytes 524288] [-preferred-max-bytes 524288] [-batch-timeout 2s]
-//	orderer replica -id I -cluster cluster.json [-data-dir DIR] [-listen HOST:PORT] [-transport tcp|rdma] [-v]
+//	orderer replica -id I -cluster cluster.json [-data-dir DIR] [-listen HOST:PORT] [-metrics-addr ADDR] [-transport tcp|rdma] [-v]
 //	orderer demo [-envelopes 400] [-transport tcp|rdma]
 //
 // keygen writes a cluster file as bft keygen does (every orderer's
@@ -24,7 +24,10 @@
 // delivers are kept in memory (the on-disk ledger is not part of this
 // command yet), and an orderer restarted on its data directory fetches
 // the blocks it lost from the other orderers' AtomicBroadcast addresses
-// in the channel file, checking each by its signatures and hashes.
+// in the channel file, checking each by its signatures and hashes. With
+// -metrics-addr it serves Prometheus metrics at http://ADDR/metrics: the
+// ordering service's (rubin_order_*, see package order/server), its
+// replica's (rubin_bft_*) and its event loop's.
 //
 // demo starts four orderers in this process, a writer that broadcasts
 // through orderer 1 while orderer 0, the primary, crashes halfway, and a
@@ -56,7 +59,7 @@ func main() {
 
 const usageText = `usage:
   orderer keygen -n 4 -base-port 7100 -out cluster.json -channel NAME -writers CA.pem [-readers CA.pem] [-host 127.0.0.1] [-broadcast-port 7050] [-max-message-count 500] [-absolute-max-bytes 524288] [-preferred-max-bytes 524288] [-batch-timeout 2s]
-  orderer replica -id I -cluster cluster.json [-data-dir DIR] [-listen HOST:PORT] [-transport tcp|rdma] [-v]
+  orderer replica -id I -cluster cluster.json [-data-dir DIR] [-listen HOST:PORT] [-metrics-addr ADDR] [-transport tcp|rdma] [-v]
   orderer demo [-envelopes 400] [-transport tcp|rdma]
 `
 

@@ -3,12 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -40,12 +43,32 @@ var announcement = regexp.MustCompile(`^orderer \d+ listening on \S+, broadcast 
 // startOrderer runs orderer replica id as a process of this test binary,
 // waits until it listens and returns the process and its AtomicBroadcast
 // address; the test's cleanup kills it.
-func startOrderer(t *testing.T, file, dataDir string, id int) (*exec.Cmd, string) {
+func startOrderer(t *testing.T, file, dataDir string, id int, args ...string) (*exec.Cmd, string, *proctest.Buffer) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "replica", "-id", strconv.Itoa(id), "-cluster", file, "-data-dir", dataDir, "-transport", "tcp")
+	cmd := exec.Command(os.Args[0], append([]string{"replica", "-id", strconv.Itoa(id), "-cluster", file, "-data-dir", dataDir, "-transport", "tcp"}, args...)...)
 	cmd.Env = append(os.Environ(), "RUBIN_ORDERER_EXEC=1")
-	m, _ := proctest.Start(t, cmd, announcement, 30*time.Second)
-	return cmd, m[1]
+	m, stderr := proctest.Start(t, cmd, announcement, 30*time.Second)
+	return cmd, m[1], stderr
+}
+
+// scrape returns the metrics an orderer started with -metrics-addr
+// serves, from the address its log gives.
+func scrape(t *testing.T, stderr *proctest.Buffer) string {
+	t.Helper()
+	m := regexp.MustCompile(`url=(http://\S+/metrics)`).FindStringSubmatch(stderr.String())
+	if m == nil {
+		t.Fatalf("no metrics address in the log: %s", stderr.String())
+	}
+	resp, err := http.Get(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // freeBroadcastPorts gives the orderers of a channel file loopback ports
@@ -107,9 +130,18 @@ func TestProcesses(t *testing.T) {
 	}
 	procs := make([]*exec.Cmd, 4)
 	clients := make([]ab.AtomicBroadcastClient, 4)
+	var stderr3 *proctest.Buffer
 	for i := range procs {
+		var args []string
+		if i == 3 {
+			args = []string{"-metrics-addr", "127.0.0.1:0"}
+		}
 		var addr string
-		procs[i], addr = startOrderer(t, file, filepath.Join(dir, strconv.Itoa(i)), i)
+		var stderr *proctest.Buffer
+		procs[i], addr, stderr = startOrderer(t, file, filepath.Join(dir, strconv.Itoa(i)), i, args...)
+		if i == 3 {
+			stderr3 = stderr
+		}
 		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			t.Fatal(err)
@@ -204,7 +236,7 @@ func TestProcesses(t *testing.T) {
 	}
 	// Orderer 0, restarted on its data directory, takes part again (with
 	// orderer 1 killed, the cluster needs it) and delivers the same chain.
-	procs[0], _ = startOrderer(t, file, filepath.Join(dir, "0"), 0)
+	procs[0], _, _ = startOrderer(t, file, filepath.Join(dir, "0"), 0)
 	procs[1].Process.Kill()
 	procs[1].Wait()
 	send(clients[0], envelopes(writer, "restarted", 10), nil)
@@ -214,6 +246,12 @@ func TestProcesses(t *testing.T) {
 	final := [][]*cb.Block{chain(t, clients[0], reader, keys, len(accepted)), chain(t, clients[3], reader, keys, len(accepted))}
 	if err := ordertest.CheckDelivered(final, accepted, forged); err != nil {
 		t.Fatal(err)
+	}
+	metrics := scrape(t, stderr3)
+	for _, want := range []string{fmt.Sprintf(`rubin_order_blocks_final_total{orderer="3"} %d`, len(final[0])), `rubin_bft_view{replica="3"}`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("orderer 3's metrics lack %q", want)
+		}
 	}
 	t.Logf("%d envelopes in %d blocks; 40 envelopes across the primary's crash in %v", len(accepted), len(final[0]), during)
 }

@@ -8,16 +8,20 @@ import (
 	"log/slog"
 	"net"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
 	"github.com/rubin-go/rubin"
 	"github.com/rubin-go/rubin/bft"
 	"github.com/rubin-go/rubin/bft/auth"
 	"github.com/rubin-go/rubin/internal/cli"
+	"github.com/rubin-go/rubin/metrics"
 	"github.com/rubin-go/rubin/order/server"
 )
 
 func runReplica(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var id int
-	var path, dataDir, listen string
+	var path, dataDir, listen, metricsAddr string
 	var verbose bool
 	var transport rubin.Config
 	err := parseFlags("replica", args, stderr, func(fs *flag.FlagSet) {
@@ -25,6 +29,7 @@ func runReplica(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fs.StringVar(&path, "cluster", "cluster.json", "the cluster file, as orderer keygen writes it, with its .channel.json beside it")
 		fs.StringVar(&dataDir, "data-dir", "", "persist the replica's log and snapshots in `dir` and recover from it at start")
 		fs.StringVar(&listen, "listen", "", "serve AtomicBroadcast on `host:port` (default: the channel file's address for this orderer)")
+		fs.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics")
 		fs.BoolVar(&verbose, "v", false, "log at debug level")
 		transport.RegisterFlags(fs)
 	})
@@ -56,22 +61,36 @@ func runReplica(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if verbose {
 		level = slog.LevelDebug
 	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("orderer", id)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector())
 	o, err := server.NewOrderer(server.OrdererConfig{
-		Cluster:   c,
-		ID:        bft.ReplicaID(id),
-		Transport: &transport,
-		Channel:   ch.file.Channel,
-		Writers:   ch.writers,
-		Readers:   ch.readers,
-		Block:     ch.block,
-		DataDir:   dataDir,
-		Peers:     ch.file.Broadcast,
-		Listener:  ln,
-		Logger:    slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("orderer", id),
+		Cluster:    c,
+		ID:         bft.ReplicaID(id),
+		Transport:  &transport,
+		Channel:    ch.file.Channel,
+		Writers:    ch.writers,
+		Readers:    ch.readers,
+		Block:      ch.block,
+		DataDir:    dataDir,
+		Peers:      ch.file.Broadcast,
+		Listener:   ln,
+		Logger:     logger,
+		Registerer: reg,
 	})
 	if err != nil {
 		ln.Close()
 		return err
+	}
+	if metricsAddr != "" {
+		loop := metrics.New()
+		loop.AddStats(fmt.Sprintf("replica-%d", id), o.Replica().LoopStats)
+		reg.MustRegister(loop)
+		addr, err := metrics.Serve(ctx, metricsAddr, reg, slog.NewLogLogger(logger.Handler(), slog.LevelError))
+		if err != nil {
+			return err
+		}
+		logger.Info("metrics", "url", fmt.Sprintf("http://%v/metrics", addr))
 	}
 	go func() {
 		select {

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	ab "github.com/hyperledger/fabric-protos-go-apiv2/orderer"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/rubin-go/rubin"
@@ -59,6 +60,9 @@ type OrdererConfig struct {
 	// node.ReplicaConfig.Listener).
 	ReplicaListener net.Listener
 	Logger          *slog.Logger // nil: discard
+	// Registerer, if set, gets the orderer's metrics (see metrics) and
+	// its replica's (node.ReplicaConfig.Registerer).
+	Registerer prometheus.Registerer
 }
 
 // Orderer is one running orderer: a PBFT replica executing an order.App,
@@ -98,25 +102,33 @@ func NewOrderer(cfg OrdererConfig) (*Orderer, error) {
 		keys[i] = r.PublicKey
 	}
 	chain := order.NewChain(cfg.Store)
-	app, err := order.New(order.Config{Channel: cfg.Channel, Writers: cfg.Writers, Block: cfg.Block, Orderers: keys, F: c.F, Self: uint32(cfg.ID), Chain: chain})
+	var m *metrics
+	var observer order.Observer
+	if cfg.Registerer != nil {
+		m = newMetrics(cfg.Registerer, int(cfg.ID))
+		observer = m
+	}
+	app, err := order.New(order.Config{Channel: cfg.Channel, Writers: cfg.Writers, Block: cfg.Block, Orderers: keys, F: c.F, Self: uint32(cfg.ID), Chain: chain, Observer: observer})
 	if err != nil {
 		return nil, err
 	}
 	r, err := node.NewReplica(node.ReplicaConfig{
-		Cluster:   c,
-		ID:        cfg.ID,
-		Transport: cfg.Transport,
-		App:       app,
-		Core:      CoreConfig(),
-		Logger:    cfg.Logger,
-		DataDir:   cfg.DataDir,
-		Listener:  cfg.ReplicaListener,
+		Cluster:    c,
+		ID:         cfg.ID,
+		Transport:  cfg.Transport,
+		App:        app,
+		Core:       CoreConfig(),
+		Logger:     cfg.Logger,
+		DataDir:    cfg.DataDir,
+		Listener:   cfg.ReplicaListener,
+		Registerer: cfg.Registerer,
 	})
 	if err != nil {
 		return nil, err
 	}
 	o := &Orderer{cfg: cfg, app: app, replica: r, key: ed25519.NewKeyFromSeed(c.Replicas[cfg.ID].PrivateKey), keys: keys}
 	o.srv = New(Config{Channel: cfg.Channel, Writers: cfg.Writers, Readers: cfg.Readers, Orderers: keys, Chain: chain, AbsoluteMaxBytes: cfg.Block.Normalized().AbsoluteMaxBytes, Logger: cfg.Logger})
+	o.srv.metrics = m
 	return o, nil
 }
 

@@ -76,7 +76,8 @@ type Config struct {
 // concurrently, as gRPC does.
 type Server struct {
 	ab.UnimplementedAtomicBroadcastServer
-	cfg Config
+	cfg     Config
+	metrics *metrics // nil: none
 }
 
 var _ ab.AtomicBroadcastServer = (*Server)(nil)
@@ -97,6 +98,7 @@ func (s *Server) Broadcast(stream ab.AtomicBroadcast_BroadcastServer) error {
 			return nil // io.EOF or the stream's end: nothing more to answer
 		}
 		resp := s.broadcast(stream.Context(), env)
+		s.metrics.answered(resp.Status)
 		if err := stream.Send(resp); err != nil {
 			return err
 		}

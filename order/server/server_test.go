@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	cb "github.com/hyperledger/fabric-protos-go-apiv2/common"
 	ab "github.com/hyperledger/fabric-protos-go-apiv2/orderer"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -45,9 +47,8 @@ type cluster struct {
 
 // startCluster runs four orderers in this process over TCP on loopback;
 // the test's cleanup stops them and checks that no goroutine is left.
-// With dataDir, each persists its replica in a directory of its own, and
-// fetches blocks it lacks from the others.
-func startCluster(t *testing.T, bc block.Config, dataDir ...bool) *cluster {
+// Options may ask for more.
+func startCluster(t *testing.T, bc block.Config, opts ...clusterOption) *cluster {
 	t.Helper()
 	others := goleak.IgnoreCurrent()
 	writers, err := ordertest.NewCA("Writers")
@@ -83,14 +84,14 @@ func startCluster(t *testing.T, bc block.Config, dataDir ...bool) *cluster {
 			Cluster: cl, ID: bft.ReplicaID(i), Channel: channel, Writers: wpol, Readers: rpol, Block: bc,
 			Listener: gl, ReplicaListener: rl,
 		}
-		if len(dataDir) > 0 && dataDir[0] {
-			cfg.DataDir = t.TempDir()
+		for _, o := range opts {
+			o(t, &cfg)
 		}
 		c.cfgs = append(c.cfgs, cfg)
 	}
 	c.orderers, c.stops = make([]*server.Orderer, len(c.cfgs)), make([]func(), len(c.cfgs))
 	for i := range c.cfgs {
-		if len(dataDir) > 0 && dataDir[0] {
+		if c.cfgs[i].DataDir != "" {
 			c.cfgs[i].Peers = peers
 		}
 		c.start(t, i)
@@ -103,6 +104,13 @@ func startCluster(t *testing.T, bc block.Config, dataDir ...bool) *cluster {
 	})
 	return c
 }
+
+// A clusterOption changes the configuration of every orderer.
+type clusterOption func(t *testing.T, cfg *server.OrdererConfig)
+
+// durable gives each orderer a data directory of its own, and the
+// others' addresses to fetch blocks it lacks from.
+func durable(t *testing.T, cfg *server.OrdererConfig) { cfg.DataDir = t.TempDir() }
 
 // start runs orderer i, on its listeners if they are still open, else on
 // the same addresses again.
@@ -419,7 +427,7 @@ func mustMarshal(t *testing.T, m proto.Message) []byte {
 // blocks it lacks from the other orderers, checked by their signatures
 // and hashes, and then delivers the same chain as they do.
 func TestRestartCatchesUp(t *testing.T) {
-	c := startCluster(t, block.Config{MaxMessageCount: 1}, true)
+	c := startCluster(t, block.Config{MaxMessageCount: 1}, durable)
 	var envs []*cb.Envelope
 	batch := func(n int) {
 		var more []*cb.Envelope
@@ -567,5 +575,61 @@ func TestDeliverClientSwitches(t *testing.T) {
 	})
 	if !errors.Is(err, stop) || n != 2 {
 		t.Fatalf("Blocks = %v after %d blocks, want fn's error after 2", err, n)
+	}
+}
+
+// TestMetrics: an orderer's metrics count its Broadcast answers by status
+// and the blocks it cut and made final.
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := startCluster(t, block.Config{MaxMessageCount: 2}, func(_ *testing.T, cfg *server.OrdererConfig) {
+		if cfg.ID == 0 {
+			cfg.Registerer = reg
+		}
+	})
+	envs := []*cb.Envelope{
+		mustEnvelope(t, c.writer, cb.HeaderType_MESSAGE, channel, "a"),
+		mustEnvelope(t, c.writer, cb.HeaderType_MESSAGE, channel, "b"),
+		mustEnvelope(t, c.forger, cb.HeaderType_MESSAGE, channel, "forged"),
+		mustEnvelope(t, c.writer, cb.HeaderType_MESSAGE, channel, "c"),
+		mustEnvelope(t, c.writer, cb.HeaderType_MESSAGE, channel, "d"),
+	}
+	broadcast(t, c.dial(t, 0), envs)
+	c.deliverUntil(t, 0, 4)
+	want := map[string]float64{
+		`rubin_order_broadcast_total{orderer="0",status="SUCCESS"}`:   4,
+		`rubin_order_broadcast_total{orderer="0",status="FORBIDDEN"}`: 1,
+		`rubin_order_blocks_cut_total{orderer="0"}`:                   2,
+		`rubin_order_blocks_final_total{orderer="0"}`:                 2,
+		`rubin_order_block_envelopes_sum{orderer="0"}`:                4,
+	}
+	got := make(map[string]float64)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			name := f.GetName()
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			key := name + "{" + strings.Join(labels, ",") + "}"
+			switch {
+			case m.Counter != nil:
+				got[key] = m.Counter.GetValue()
+			case m.Histogram != nil:
+				got[name+"_sum{"+strings.Join(labels, ",")+"}"] = m.Histogram.GetSampleSum()
+			}
+		}
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	if _, ok := got[`rubin_bft_committed_requests_total{replica="0"}`]; !ok {
+		t.Error("the replica's metrics are not registered")
 	}
 }
