@@ -498,6 +498,26 @@ func (b *byzantine) Deliver(stream ab.AtomicBroadcast_DeliverServer) error {
 	return nil
 }
 
+// deliverClient returns a delivery client of the orderers at addrs, by
+// ID, that reads as the cluster's reader, with a patience of 300ms.
+func (c *cluster) deliverClient(t *testing.T, addrs []string) *deliver.Client {
+	t.Helper()
+	keys := make([]ed25519.PublicKey, len(c.keys))
+	for i, k := range c.keys {
+		keys[i] = k
+	}
+	dc, err := deliver.New(deliver.Config{
+		Orderers: addrs, Keys: keys, Quorum: 3, Patience: 300 * time.Millisecond, Retry: 50 * time.Millisecond,
+		Seek: func(start, stop uint64) (*cb.Envelope, error) {
+			return c.reader.Seek(channel, &ab.SeekInfo{Start: ordertest.Specified(start), Stop: ordertest.Specified(stop)})
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dc
+}
+
 // serve runs srv's AtomicBroadcast on a loopback port until the test
 // ends, and returns its address.
 func serve(t *testing.T, srv ab.AtomicBroadcastServer) string {
@@ -535,19 +555,7 @@ func TestDeliverClientSwitches(t *testing.T) {
 		addrs = append(addrs, serve(t, l))
 	}
 	addrs = append(addrs, c.orderers[2].Addr())
-	keys := make([]ed25519.PublicKey, len(c.keys))
-	for i, k := range c.keys {
-		keys[i] = k
-	}
-	dc, err := deliver.New(deliver.Config{
-		Orderers: addrs, Keys: keys, Quorum: 3, Patience: 300 * time.Millisecond, Retry: 50 * time.Millisecond,
-		Seek: func(start, stop uint64) (*cb.Envelope, error) {
-			return c.reader.Seek(channel, &ab.SeekInfo{Start: ordertest.Specified(start), Stop: ordertest.Specified(stop)})
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dc := c.deliverClient(t, addrs)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var got []*cb.Block
@@ -567,7 +575,7 @@ func TestDeliverClientSwitches(t *testing.T) {
 	// and fn's error ends it.
 	stop := errors.New("enough")
 	n := 0
-	err = dc.Blocks(ctx, 1, last, real[0].Header, func(*cb.Block) error {
+	err := dc.Blocks(ctx, 1, last, real[0].Header, func(*cb.Block) error {
 		if n++; n == 2 {
 			return stop
 		}
@@ -631,5 +639,49 @@ func TestMetrics(t *testing.T) {
 	}
 	if _, ok := got[`rubin_bft_committed_requests_total{replica="0"}`]; !ok {
 		t.Error("the replica's metrics are not registered")
+	}
+}
+
+// TestMiscuttingOrderer: an orderer that cuts blocks differently from
+// the others (its MaxMessageCount differs) signs headers no correct
+// orderer cut, so its signatures are refused and its own blocks never
+// gather 2f+1 signatures: the correct orderers' chain is final without
+// it, and a delivery client that asks it first moves on to them.
+func TestMiscuttingOrderer(t *testing.T) {
+	c := startCluster(t, block.Config{MaxMessageCount: 2, BatchTimeout: 100 * time.Millisecond}, func(_ *testing.T, cfg *server.OrdererConfig) {
+		if cfg.ID == 3 {
+			cfg.Block.MaxMessageCount = 3
+		}
+	})
+	var envs []*cb.Envelope
+	for i := range 12 {
+		envs = append(envs, mustEnvelope(t, c.writer, cb.HeaderType_MESSAGE, channel, fmt.Sprint(i)))
+	}
+	for i, r := range broadcast(t, c.dial(t, 3), envs) {
+		if r.Status != cb.Status_SUCCESS {
+			t.Fatalf("envelope %d: %v", i, r)
+		}
+	}
+	chains := [][]*cb.Block{c.deliverUntil(t, 0, len(envs)), c.deliverUntil(t, 2, len(envs))}
+	if err := ordertest.CheckDelivered(chains, envs, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range chains[0] {
+		if len(b.Data.Data) != 2 {
+			t.Fatalf("block %d holds %d envelopes: not the correct orderers' cut", b.Header.Number, len(b.Data.Data))
+		}
+	}
+	if h, _ := c.orderers[3].Chain().Height(); h != 0 {
+		t.Fatalf("the miscutting orderer made %d blocks final", h)
+	}
+	dc := c.deliverClient(t, []string{c.orderers[3].Addr(), c.orderers[1].Addr()})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var got []*cb.Block
+	if err := dc.Blocks(ctx, 0, uint64(len(chains[0])-1), nil, func(b *cb.Block) error { got = append(got, b); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := ordertest.CheckDelivered([][]*cb.Block{chains[0], got}, envs, nil); err != nil {
+		t.Fatal(err)
 	}
 }
