@@ -2,6 +2,7 @@ package order
 
 import (
 	"crypto/ed25519"
+	"crypto/sha256"
 	"fmt"
 	"sync"
 	"time"
@@ -32,6 +33,12 @@ type Config struct {
 	// past it envelopes are refused with SERVICE_UNAVAILABLE until
 	// signatures catch up.
 	MaxUnfinal int
+	// DedupWindow is how many of the latest ordered envelopes the App
+	// remembers, by the SHA-256 of their payload (default 65536): one of
+	// them ordered again, by a client's retry through another orderer or
+	// an orderer's replay, is answered SUCCESS with Info "duplicate" and
+	// not put in a block again.
+	DedupWindow int
 
 	// Observer, if set, is told of every block cut and made final, for
 	// metrics.
@@ -70,7 +77,11 @@ type App struct {
 	// unfinal[0] is block final.
 	unfinal []*unfinal
 	final   uint64
-	duties  *Duties
+	// seen holds the payload hashes of the latest DedupWindow envelopes
+	// ordered, in order, and is their set.
+	seen   [][32]byte
+	seenAt map[[32]byte]bool
+	duties *Duties
 }
 
 type unfinal struct {
@@ -92,10 +103,13 @@ func New(cfg Config) (*App, error) {
 	if cfg.MaxUnfinal <= 0 {
 		cfg.MaxUnfinal = 64
 	}
+	if cfg.DedupWindow <= 0 {
+		cfg.DedupWindow = 1 << 16
+	}
 	if cfg.Chain == nil {
 		cfg.Chain = NewChain(new(MemStore))
 	}
-	a := &App{cfg: cfg, quorum: 2*cfg.F + 1, cutter: block.NewCutter(cfg.Block)}
+	a := &App{cfg: cfg, quorum: 2*cfg.F + 1, cutter: block.NewCutter(cfg.Block), seenAt: make(map[[32]byte]bool)}
 	a.duties = &Duties{wake: make(chan struct{}, 1), timeout: a.cutter.Config().BatchTimeout}
 	return a, nil
 }
@@ -147,11 +161,16 @@ func (a *App) envelope(env []byte, now time.Time) Result {
 	if err != nil {
 		return Result{Status: envelope.StatusOf(err), Info: err.Error()}
 	}
+	h := sha256.Sum256(p.Envelope.GetPayload())
+	if a.seenAt[h] {
+		return Result{Status: cb.Status_SUCCESS, Info: "duplicate: the payload was ordered already"}
+	}
 	since := a.cutter.Since()
 	batches, err := a.cutter.Ordered(append([]byte(nil), env...), now)
 	if err != nil {
 		return Result{Status: cb.Status_BAD_REQUEST, Info: err.Error()}
 	}
+	a.remember(h)
 	for _, b := range batches {
 		// The first batch cut waited since the first envelope pending
 		// before this one, if any; a later one holds this envelope.
@@ -163,6 +182,17 @@ func (a *App) envelope(env []byte, now time.Time) Result {
 		since = time.Time{}
 	}
 	return Result{Status: cb.Status_SUCCESS}
+}
+
+// remember adds an ordered payload's hash to the window, forgetting the
+// oldest past DedupWindow.
+func (a *App) remember(h [32]byte) {
+	if len(a.seen) >= a.cfg.DedupWindow {
+		delete(a.seenAt, a.seen[0])
+		a.seen = a.seen[1:]
+	}
+	a.seen = append(a.seen, h)
+	a.seenAt[h] = true
 }
 
 // cut makes the next block of batch, whose first envelope waited wait.

@@ -33,7 +33,7 @@ type harness struct {
 	forger *ordertest.Signer // from a CA the channel does not name
 }
 
-func newHarness(t *testing.T, bc block.Config) *harness {
+func newHarness(t testing.TB, bc block.Config) *harness {
 	t.Helper()
 	ca, err := ordertest.NewCA("Org1")
 	if err != nil {
@@ -68,7 +68,7 @@ func newHarness(t *testing.T, bc block.Config) *harness {
 	return h
 }
 
-func (h *harness) newApp(t *testing.T, self int) *order.App {
+func (h *harness) newApp(t testing.TB, self int) *order.App {
 	t.Helper()
 	cfg := h.cfg
 	cfg.Self = uint32(self)
@@ -81,7 +81,7 @@ func (h *harness) newApp(t *testing.T, self int) *order.App {
 
 // exec executes op on every App, at the harness's time, and returns the
 // result they agree on.
-func (h *harness) exec(t *testing.T, op []byte) order.Result {
+func (h *harness) exec(t testing.TB, op []byte) order.Result {
 	t.Helper()
 	h.seq++
 	var first []byte
@@ -100,7 +100,7 @@ func (h *harness) exec(t *testing.T, op []byte) order.Result {
 	return r
 }
 
-func (h *harness) envelope(t *testing.T, s *ordertest.Signer, data string) []byte {
+func (h *harness) envelope(t testing.TB, s *ordertest.Signer, data string) []byte {
 	t.Helper()
 	e, err := s.Envelope(cb.HeaderType_ENDORSER_TRANSACTION, channel, []byte(data))
 	if err != nil {
@@ -114,7 +114,7 @@ func (h *harness) envelope(t *testing.T, s *ordertest.Signer, data string) []byt
 }
 
 // signAll orders the signatures of orderers ids over block n.
-func (h *harness) signAll(t *testing.T, n uint64, ids ...int) {
+func (h *harness) signAll(t testing.TB, n uint64, ids ...int) {
 	t.Helper()
 	for _, id := range ids {
 		hdr := h.header(t, n)
@@ -125,7 +125,7 @@ func (h *harness) signAll(t *testing.T, n uint64, ids ...int) {
 }
 
 // header returns block n's header, cut and not final.
-func (h *harness) header(t *testing.T, n uint64) *cb.BlockHeader {
+func (h *harness) header(t testing.TB, n uint64) *cb.BlockHeader {
 	t.Helper()
 	hdr := h.apps[0].UnfinalHeader(n)
 	if hdr == nil {
@@ -135,7 +135,7 @@ func (h *harness) header(t *testing.T, n uint64) *cb.BlockHeader {
 }
 
 // blocks returns replica i's final blocks, encoded.
-func (h *harness) blocks(t *testing.T, i int) [][]byte {
+func (h *harness) blocks(t testing.TB, i int) [][]byte {
 	t.Helper()
 	c := h.apps[i].Chain()
 	height, _ := c.Height()
@@ -154,7 +154,7 @@ func (h *harness) blocks(t *testing.T, i int) [][]byte {
 	return out
 }
 
-func (h *harness) decoded(t *testing.T, i int) []*cb.Block {
+func (h *harness) decoded(t testing.TB, i int) []*cb.Block {
 	t.Helper()
 	c := h.apps[i].Chain()
 	height, _ := c.Height()
@@ -172,7 +172,7 @@ func (h *harness) decoded(t *testing.T, i int) []*cb.Block {
 // checkChains checks that every replica holds the same final chain,
 // valid by Fabric's hash rules, each block with a quorum of signatures,
 // and returns it.
-func (h *harness) checkChains(t *testing.T) []*cb.Block {
+func (h *harness) checkChains(t testing.TB) []*cb.Block {
 	t.Helper()
 	want := h.blocks(t, 0)
 	for i := 1; i < len(h.apps); i++ {
@@ -391,7 +391,12 @@ func TestAppSnapshot(t *testing.T) {
 		"version":   append([]byte{0, 0, 0, 9}, snap[4:]...),
 		"huge count": func() []byte {
 			b := append([]byte{}, snap...)
-			copy(b[len(b)-4:], []byte{0xff, 0xff, 0xff, 0xff})
+			copy(b[len(b)-5*32-4:], []byte{0xff, 0xff, 0xff, 0xff})
+			return b
+		}(),
+		"a hash twice": func() []byte {
+			b := append([]byte{}, snap...)
+			copy(b[len(b)-32:], b[len(b)-64:len(b)-32])
 			return b
 		}(),
 	} {
@@ -408,7 +413,7 @@ func TestAppSnapshot(t *testing.T) {
 	h2.signAll(t, 0, 1)
 	good := h2.apps[0].Snapshot()
 	forged := append([]byte{}, good...)
-	forged[len(forged)-1] ^= 1 // the last byte of the signature
+	forged[len(forged)-4-32-1] ^= 1 // the last byte of the signature, before the window of one hash
 	if err := h2.apps[1].Restore(forged); !errors.Is(err, order.ErrSnapshot) {
 		t.Fatalf("a snapshot with a forged signature: %v", err)
 	}
@@ -464,5 +469,45 @@ func TestVerifySignatures(t *testing.T) {
 				t.Errorf("%s: the test client's check passed it", name)
 			}
 		}
+	}
+}
+
+// TestAppDedup: an envelope ordered again while its payload is in the
+// window is answered SUCCESS, "duplicate", and is in no block again; once
+// the window moved past it, it is ordered anew.
+func TestAppDedup(t *testing.T) {
+	h := newHarness(t, block.Config{MaxMessageCount: 1})
+	for i := range 4 {
+		cfg := h.cfg
+		cfg.Self, cfg.DedupWindow = uint32(i), 2
+		h.apps[i], _ = order.New(cfg)
+	}
+	a, b, c := h.envelope(t, h.writer, "a"), h.envelope(t, h.writer, "b"), h.envelope(t, h.writer, "c")
+	n := uint64(0)
+	for _, step := range []struct {
+		env []byte
+		dup bool
+	}{{a, false}, {a, true}, {b, false}, {a, true}, {c, false}, {a, false}} {
+		r := h.exec(t, order.EnvelopeOp(step.env))
+		if r.Status != cb.Status_SUCCESS || (r.Info != "") != step.dup {
+			t.Fatalf("%v, want SUCCESS, duplicate %v", r, step.dup)
+		}
+		if !step.dup {
+			h.signAll(t, n, 0, 1, 2)
+			n++
+		}
+	}
+	chain := h.checkChains(t)
+	if len(chain) != 4 || !bytes.Equal(chain[3].Data.Data[0], a) {
+		t.Fatalf("%d blocks, want a, b, c and a again", len(chain))
+	}
+	// The window is replicated state: a replica restored from a snapshot
+	// refuses the same duplicates.
+	restored, _ := order.New(h.cfg)
+	if err := restored.Restore(h.apps[1].Snapshot()); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(restored.Snapshot(), h.apps[1].Snapshot()) {
+		t.Fatal("the restored window differs")
 	}
 }

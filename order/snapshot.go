@@ -15,13 +15,17 @@ import (
 
 const snapshotVersion uint32 = 1
 
+// hashSize is the size of a payload hash in the dedup window.
+const hashSize = 32
+
 // ErrSnapshot is wrapped by the errors of Restore.
 var ErrSnapshot = errors.New("order: bad snapshot")
 
 // Snapshot encodes the ordering state canonically: the next block's
 // number and previous hash, the number of final blocks, the pending
-// envelopes with the agreed time of the first, and every cut block not
-// yet final with the signatures ordered for it. Final blocks are not in
+// envelopes with the agreed time of the first, every cut block not yet
+// final with the signatures ordered for it, and the dedup window's
+// payload hashes, oldest first. Final blocks are not in
 // it: they are in the Chain, whose store Snapshot syncs first, so that a
 // replica that restarts from this snapshot finds every block it covers.
 // It panics if the store cannot sync: the replica must not go on as if
@@ -55,6 +59,10 @@ func (a *App) Snapshot() []byte {
 			b = appendBytes(b, s.IdentifierHeader)
 			b = appendBytes(b, s.Signature)
 		}
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(len(a.seen)))
+	for _, h := range a.seen {
+		b = append(b, h[:]...)
 	}
 	return b
 }
@@ -97,12 +105,15 @@ func (r *reader) u64() uint64 {
 
 func (r *reader) bytes() []byte { return r.take(int(r.u32())) }
 
-// count reads a count of items of at least min bytes each, no more than
-// the bytes left can hold.
+// count reads a count of items of at least min bytes each: 0 (and an
+// error) if the bytes left cannot hold that many.
 func (r *reader) count(min int) int {
 	n := int(r.u32())
 	if r.err == nil && n*min > len(r.b) {
 		r.err = fmt.Errorf("%d items in %d bytes", n, len(r.b))
+	}
+	if r.err != nil {
+		return 0
 	}
 	return n
 }
@@ -147,8 +158,17 @@ func (a *App) Restore(snap []byte) error {
 		prev = block.HeaderHash(b.Header)
 		unf[i] = u
 	}
+	seen := make([][32]byte, r.count(hashSize))
+	seenAt := make(map[[32]byte]bool, len(seen))
+	for i := range seen {
+		copy(seen[i][:], r.take(hashSize))
+		seenAt[seen[i]] = true
+	}
 	if r.err != nil {
 		return fmt.Errorf("%w: %w", ErrSnapshot, r.err)
+	}
+	if len(seen) > a.cfg.DedupWindow || len(seenAt) != len(seen) {
+		return fmt.Errorf("%w: %d payload hashes, %d distinct, in a window of %d", ErrSnapshot, len(seen), len(seenAt), a.cfg.DedupWindow)
 	}
 	if len(r.b) != 0 {
 		return fmt.Errorf("%w: %d bytes too many", ErrSnapshot, len(r.b))
@@ -167,7 +187,7 @@ func (a *App) Restore(snap []byte) error {
 	if len(prevHash) == 0 {
 		prevHash = nil
 	}
-	a.cutter, a.next, a.prevHash, a.final, a.unfinal = cutter, next, prevHash, final, unf
+	a.cutter, a.next, a.prevHash, a.final, a.unfinal, a.seen, a.seenAt = cutter, next, prevHash, final, unf, seen, seenAt
 	var toSign []*cb.BlockHeader
 	for _, u := range unf {
 		if !u.by[a.cfg.Self] {
