@@ -79,8 +79,8 @@ var layers = []layer{
 	{"fabric blocks", []string{"order/block"}, nil},
 	{"fabric envelopes", []string{"order/envelope"}, nil},
 	{"ordering service", []string{"order"}, []string{"bft core", "fabric blocks", "fabric envelopes"}},
-	{"delivery client", []string{"order/deliver"}, []string{"ordering service"}},
-	{"ordering server", []string{"order/server"}, []string{"delivery client", "bft driver"}},
+	{"ordering clients", []string{"order/client"}, []string{"ordering service"}},
+	{"ordering server", []string{"order/server"}, []string{"ordering clients", "bft driver"}},
 	// A Fabric client sharing no code with the orderer: the tests' and
 	// the demo's.
 	{"fabric test client", []string{"order/ordertest"}, nil},

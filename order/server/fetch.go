@@ -15,12 +15,12 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/rubin-go/rubin/order/block"
-	"github.com/rubin-go/rubin/order/deliver"
+	"github.com/rubin-go/rubin/order/client"
 	"github.com/rubin-go/rubin/order/envelope"
 )
 
 // catchUp closes the chain's gaps (order.Chain.Missing) with blocks from
-// the other orderers until ctx ends, through a deliver.Client: a block is
+// the other orderers until ctx ends, through a client.Deliverer: a block is
 // taken only with 2f+1 valid signatures and Fabric's hash link to the
 // block before, and an orderer that fails, lies or withholds is left for
 // the next, so a Byzantine orderer can delay the catch-up but not
@@ -28,7 +28,7 @@ import (
 func (o *Orderer) catchUp(ctx context.Context) error {
 	peers := append([]string{}, o.cfg.Peers...)
 	peers[o.cfg.ID] = ""
-	dc, err := deliver.New(deliver.Config{Orderers: peers, Keys: o.keys, Quorum: 2*o.cfg.Cluster.F + 1, Seek: o.seek, Logger: o.cfg.Logger})
+	dc, err := client.NewDeliverer(client.DeliverConfig{Orderers: peers, Keys: o.keys, Quorum: 2*o.cfg.Cluster.F + 1, Seek: o.seek, Options: client.Options{Logger: o.cfg.Logger}})
 	if err != nil {
 		return err
 	}

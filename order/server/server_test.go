@@ -26,7 +26,7 @@ import (
 	"github.com/rubin-go/rubin/bft/node"
 	"github.com/rubin-go/rubin/order"
 	"github.com/rubin-go/rubin/order/block"
-	"github.com/rubin-go/rubin/order/deliver"
+	"github.com/rubin-go/rubin/order/client"
 	"github.com/rubin-go/rubin/order/envelope"
 	"github.com/rubin-go/rubin/order/ordertest"
 	"github.com/rubin-go/rubin/order/server"
@@ -507,14 +507,14 @@ func (b *byzantine) Deliver(stream ab.AtomicBroadcast_DeliverServer) error {
 
 // deliverClient returns a delivery client of the orderers at addrs, by
 // ID, that reads as the cluster's reader, with a patience of 300ms.
-func (c *cluster) deliverClient(t *testing.T, addrs []string) *deliver.Client {
+func (c *cluster) deliverClient(t *testing.T, addrs []string) *client.Deliverer {
 	t.Helper()
 	keys := make([]ed25519.PublicKey, len(c.keys))
 	for i, k := range c.keys {
 		keys[i] = k
 	}
-	dc, err := deliver.New(deliver.Config{
-		Orderers: addrs, Keys: keys, Quorum: 3, Patience: 300 * time.Millisecond, Retry: 50 * time.Millisecond,
+	dc, err := client.NewDeliverer(client.DeliverConfig{
+		Orderers: addrs, Keys: keys, Quorum: 3, Retry: 50 * time.Millisecond, Options: client.Options{Patience: 300 * time.Millisecond},
 		Seek: func(start, stop uint64) (*cb.Envelope, error) {
 			return c.reader.Seek(channel, &ab.SeekInfo{Start: ordertest.Specified(start), Stop: ordertest.Specified(stop)})
 		},
@@ -690,5 +690,72 @@ func TestMiscuttingOrderer(t *testing.T) {
 	}
 	if err := ordertest.CheckDelivered([][]*cb.Block{chains[0], got}, envs, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Broadcast of a byzantine orderer takes an envelope and never answers
+// ("drop") or answers SERVICE_UNAVAILABLE ("unavailable").
+func (b *byzantine) Broadcast(stream ab.AtomicBroadcast_BroadcastServer) error {
+	for {
+		if _, err := stream.Recv(); err != nil {
+			return nil
+		}
+		b.asked.Add(1)
+		if b.mode == "drop" {
+			<-stream.Context().Done()
+			return nil
+		}
+		if err := stream.Send(&ab.BroadcastResponse{Status: cb.Status_SERVICE_UNAVAILABLE}); err != nil {
+			return err
+		}
+	}
+}
+
+// TestBroadcastClientPassesSilentOrderer: a broadcast client given an
+// orderer that drops envelopes and one that is always unavailable before
+// a correct one gets every envelope ordered, once; an envelope submitted
+// again is answered as a duplicate and is not ordered twice.
+func TestBroadcastClientPassesSilentOrderer(t *testing.T) {
+	c := startCluster(t, block.Config{MaxMessageCount: 2, BatchTimeout: 100 * time.Millisecond})
+	liars := []*byzantine{{mode: "drop"}, {mode: "unavailable"}}
+	bc, err := client.NewBroadcaster(client.BroadcastConfig{Orderers: []string{serve(t, liars[0]), serve(t, liars[1]), c.orderers[1].Addr()}, Options: client.Options{Patience: 300 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var envs []*cb.Envelope
+	for i := range 4 {
+		e := mustEnvelope(t, c.writer, cb.HeaderType_MESSAGE, channel, fmt.Sprint(i))
+		r, err := bc.Submit(ctx, e)
+		if err != nil || r.Status != cb.Status_SUCCESS || r.Info != "" {
+			t.Fatalf("envelope %d: %v, %v", i, r, err)
+		}
+		envs = append(envs, e)
+	}
+	for _, l := range liars {
+		if l.asked.Load() != 1 {
+			t.Errorf("the %s orderer was asked %d times, want once: the client should stay with the one that answered", l.mode, l.asked.Load())
+		}
+	}
+	again, err := client.NewBroadcaster(client.BroadcastConfig{Orderers: []string{c.orderers[2].Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := again.Submit(ctx, envs[0]); err != nil || r.Status != cb.Status_SUCCESS || !strings.Contains(r.Info, "duplicate") {
+		t.Fatalf("a repeat: %v, %v; want SUCCESS, duplicate", r, err)
+	}
+	envs = append(envs, mustEnvelope(t, c.writer, cb.HeaderType_MESSAGE, channel, "last"))
+	if r, err := again.Submit(ctx, envs[4]); err != nil || r.Status != cb.Status_SUCCESS {
+		t.Fatalf("the last envelope: %v, %v", r, err)
+	}
+	chains := [][]*cb.Block{c.deliverUntil(t, 0, len(envs)), c.deliverUntil(t, 3, len(envs))}
+	if err := ordertest.CheckDelivered(chains, envs, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Only silent or unavailable orderers: Submit says so.
+	none, _ := client.NewBroadcaster(client.BroadcastConfig{Orderers: []string{serve(t, &byzantine{mode: "unavailable"})}})
+	if _, err := none.Submit(ctx, envs[0]); err == nil {
+		t.Fatal("Submit through an unavailable orderer only succeeded")
 	}
 }

@@ -1,5 +1,43 @@
-// Package deliver is a delivery client for the ordering service (package
-// order): it reads blocks from the orderers' AtomicBroadcast Deliver and
+package client
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"time"
+
+	cb "github.com/hyperledger/fabric-protos-go-apiv2/common"
+	ab "github.com/hyperledger/fabric-protos-go-apiv2/orderer"
+	"google.golang.org/grpc"
+
+	"github.com/rubin-go/rubin/order"
+	"github.com/rubin-go/rubin/order/block"
+)
+
+// DeliverConfig configures a Deliverer. Orderers, Keys, Quorum and Seek
+// are required.
+type DeliverConfig struct {
+	// Orderers are the orderers' AtomicBroadcast addresses, by ID; an
+	// empty one is not asked.
+	Orderers []string
+	// Keys are the orderers' public keys, by ID.
+	Keys []ed25519.PublicKey
+	// Quorum is how many orderers' signatures a block needs: 2f+1.
+	Quorum int
+	// Seek returns a signed DELIVER_SEEK_INFO envelope for blocks start
+	// to stop, inclusive, with BLOCK_UNTIL_READY.
+	Seek func(start, stop uint64) (*cb.Envelope, error)
+	// Retry is how long the client waits after a round in which no
+	// orderer gave a block (default 1s).
+	Retry time.Duration
+	// Options: Patience is how long an orderer may leave the client
+	// without a block before the client asks the next one.
+	Options
+}
+
+// A Deliverer reads blocks from the orderers' AtomicBroadcast Deliver and
 // hands on only blocks it verified, switching orderer when one fails,
 // lies or withholds.
 //
@@ -12,84 +50,32 @@
 // as long as one correct orderer answers. An orderer is left for the
 // next when its stream fails, it sends anything that does not verify, or
 // it sends no block for Patience while the client waits for one.
-package deliver
-
-import (
-	"bytes"
-	"context"
-	"crypto/ed25519"
-	"errors"
-	"fmt"
-	"log/slog"
-	"time"
-
-	cb "github.com/hyperledger/fabric-protos-go-apiv2/common"
-	ab "github.com/hyperledger/fabric-protos-go-apiv2/orderer"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
-	"github.com/rubin-go/rubin/order"
-	"github.com/rubin-go/rubin/order/block"
-)
-
-// Config configures a Client. Orderers, Keys, Quorum and Seek are
-// required.
-type Config struct {
-	// Orderers are the orderers' AtomicBroadcast addresses, by ID; an
-	// empty one is not asked.
-	Orderers []string
-	// Keys are the orderers' public keys, by ID.
-	Keys []ed25519.PublicKey
-	// Quorum is how many orderers' signatures a block needs: 2f+1.
-	Quorum int
-	// Seek returns a signed DELIVER_SEEK_INFO envelope for blocks start
-	// to stop, inclusive, with BLOCK_UNTIL_READY.
-	Seek func(start, stop uint64) (*cb.Envelope, error)
-	// Patience is how long an orderer may leave the client without a
-	// block before the client asks the next one (default 10s).
-	Patience time.Duration
-	// Retry is how long the client waits after a round in which no
-	// orderer gave a block (default 1s).
-	Retry time.Duration
-	// DialOptions are given to grpc.NewClient (default: no TLS).
-	DialOptions []grpc.DialOption
-	Logger      *slog.Logger // nil: discard
-}
-
-// Client reads verified blocks from the orderers. Its methods must not be
-// called concurrently.
-type Client struct {
-	cfg  Config
+//
+// Its methods must not be called concurrently.
+type Deliverer struct {
+	cfg  DeliverConfig
 	next int // the orderer to ask first
 }
 
-// New returns a Client.
-func New(cfg Config) (*Client, error) {
+// NewDeliverer returns a Deliverer.
+func NewDeliverer(cfg DeliverConfig) (*Deliverer, error) {
 	if len(cfg.Orderers) == 0 || len(cfg.Keys) < len(cfg.Orderers) || cfg.Quorum < 1 || cfg.Seek == nil {
-		return nil, errors.New("deliver: a client needs the orderers, their keys, a quorum and a way to sign a seek")
-	}
-	if cfg.Patience <= 0 {
-		cfg.Patience = 10 * time.Second
+		return nil, errors.New("client: a deliverer needs the orderers, their keys, a quorum and a way to sign a seek")
 	}
 	if cfg.Retry <= 0 {
 		cfg.Retry = time.Second
 	}
-	if cfg.DialOptions == nil {
-		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	return &Client{cfg: cfg}, nil
+	cfg.Options = cfg.Options.normalized()
+	return &Deliverer{cfg: cfg}, nil
 }
 
 // Blocks hands blocks start to stop, inclusive, to fn, in order, each
 // verified; prev is the header of block start-1 if the caller knows it
 // (nil: block start's PreviousHash is not checked, unless start is 0). It
 // returns nil once fn took block stop, fn's first error, or ctx's error.
-func (c *Client) Blocks(ctx context.Context, start, stop uint64, prev *cb.BlockHeader, fn func(*cb.Block) error) error {
+func (c *Deliverer) Blocks(ctx context.Context, start, stop uint64, prev *cb.BlockHeader, fn func(*cb.Block) error) error {
 	if stop < start {
-		return fmt.Errorf("deliver: blocks %d to %d", start, stop)
+		return fmt.Errorf("client: blocks %d to %d", start, stop)
 	}
 	want := start
 	for {
@@ -131,11 +117,11 @@ type callbackError struct{ err error }
 func (e *callbackError) Error() string { return e.err.Error() }
 
 // errWithheld is why an orderer that sent no block for Patience is left.
-var errWithheld = errors.New("deliver: no block within the patience")
+var errWithheld = errors.New("client: no block within the patience")
 
 // from reads blocks want to stop from orderer i until it fails, and
 // returns how many fn took and the last one's header.
-func (c *Client) from(ctx context.Context, i int, want, stop uint64, prev *cb.BlockHeader, fn func(*cb.Block) error) (uint64, *cb.BlockHeader, error) {
+func (c *Deliverer) from(ctx context.Context, i int, want, stop uint64, prev *cb.BlockHeader, fn func(*cb.Block) error) (uint64, *cb.BlockHeader, error) {
 	conn, err := grpc.NewClient(c.cfg.Orderers[i], c.cfg.DialOptions...)
 	if err != nil {
 		return 0, prev, err
@@ -168,10 +154,10 @@ func (c *Client) from(ctx context.Context, i int, want, stop uint64, prev *cb.Bl
 		}
 		b := r.GetBlock()
 		if b == nil {
-			return n, prev, fmt.Errorf("deliver: orderer %d: status %v before block %d", i, r.GetStatus(), want+n)
+			return n, prev, fmt.Errorf("client: orderer %d: status %v before block %d", i, r.GetStatus(), want+n)
 		}
 		if err := c.verify(b, want+n, prev); err != nil {
-			return n, prev, fmt.Errorf("deliver: orderer %d: %w", i, err)
+			return n, prev, fmt.Errorf("client: orderer %d: %w", i, err)
 		}
 		if err := fn(b); err != nil {
 			return n, prev, &callbackError{err}
@@ -187,7 +173,7 @@ func (c *Client) from(ctx context.Context, i int, want, stop uint64, prev *cb.Bl
 
 // verify checks that b is block number, follows prev (if known) and is
 // signed by a quorum of orderers.
-func (c *Client) verify(b *cb.Block, number uint64, prev *cb.BlockHeader) error {
+func (c *Deliverer) verify(b *cb.Block, number uint64, prev *cb.BlockHeader) error {
 	h := b.GetHeader()
 	switch {
 	case h == nil || h.Number != number:
