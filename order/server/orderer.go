@@ -45,7 +45,9 @@ type OrdererConfig struct {
 	Channel          string
 	Writers, Readers *envelope.Policy
 	Block            block.Config
-	// Store keeps the final blocks (nil: in memory).
+	// Store keeps the final blocks (nil: in memory); the Orderer does
+	// not close it, its caller does after Run returns. An order/ledger
+	// Ledger is one.
 	Store order.BlockStore
 	// DataDir, if set, is where the PBFT replica persists its log and
 	// snapshots (node.ReplicaConfig.DataDir).
