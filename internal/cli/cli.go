@@ -60,3 +60,28 @@ func Run(ctx context.Context, name, usage string, commands map[string]Command, a
 		return ExitFailure
 	}
 }
+
+// ParseFlags parses the arguments of subcommand name of command program,
+// whose usage text is usage: it makes a flag set that reports to stderr,
+// lets define add its flags, and parses args, which must have no
+// positional arguments. Its errors are flag.ErrHelp or wrap ErrUsage, as
+// Run expects.
+func ParseFlags(program, name, usage string, args []string, stderr io.Writer, define func(fs *flag.FlagSet)) error {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage, "\nflags of "+program+" "+name+":\n")
+		fs.PrintDefaults()
+	}
+	define(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", ErrReported, err)
+	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("%w: %s %s takes no arguments after its flags, got %q", ErrUsage, program, name, fs.Args())
+	}
+	return nil
+}

@@ -74,17 +74,29 @@ var layers = []layer{
 	{"coordination service", []string{"coord"}, []string{"bft core", "coordination tree"}},
 	{"coordination gateway", []string{"coord/gateway"}, []string{"coordination service", "bft driver"}},
 
+	// The ordering service: Fabric's blocks and envelopes, the replicated
+	// application, and the gRPC server of Fabric's orderer API.
+	{"fabric blocks", []string{"order/block"}, nil},
+	{"fabric envelopes", []string{"order/envelope"}, nil},
+	{"ordering service", []string{"order"}, []string{"bft core", "fabric blocks", "fabric envelopes"}},
+	{"ordering clients", []string{"order/client"}, []string{"ordering service"}},
+	{"ordering server", []string{"order/server"}, []string{"ordering clients", "bft driver"}},
+	// A Fabric client sharing no code with the orderer: the tests' and
+	// the demo's.
+	{"fabric test client", []string{"order/ordertest"}, nil},
+
 	// What only tests import.
 	{"test helpers", []string{"internal/leakcheck", "internal/netns", "internal/rdmatest", "internal/layering"}, nil},
 	{"conformance suite", []string{"channel/channeltest"}, []string{"selector", "test helpers"}},
 	{"simulated network", []string{"bft/internal/simnet"}, []string{"bft auth"}},
 	{"byzantine coordination", []string{"coord/coordtest"}, []string{"coordination service"}},
+	{"process tests", []string{"internal/proctest"}, []string{"bft auth"}},
 
 	// Programs on top.
 	{"measuring", []string{"internal/stats", "internal/cost", "benchmarks/internal/benchkit"}, nil},
 	{"command line", []string{"internal/cli"}, nil},
-	{"commands", []string{"cmd/echo", "cmd/bft", "cmd/coord", "benchmarks", "benchmarks/echobench", "benchmarks/rdmabench", "benchmarks/bftbench", "benchmarks/coordbench"},
-		[]string{"metrics", "rdma transport", "bft driver", "bft services", "coordination gateway", "measuring", "command line"}},
+	{"commands", []string{"cmd/echo", "cmd/bft", "cmd/coord", "cmd/orderer", "benchmarks", "benchmarks/echobench", "benchmarks/rdmabench", "benchmarks/bftbench", "benchmarks/coordbench"},
+		[]string{"metrics", "rdma transport", "bft driver", "bft services", "coordination gateway", "ordering server", "fabric test client", "measuring", "command line"}},
 }
 
 // A listed is one package of the module as go list reports it.

@@ -1,0 +1,287 @@
+package order
+
+import (
+	"crypto/ed25519"
+	"crypto/sha256"
+	"fmt"
+	"sync"
+	"time"
+
+	cb "github.com/hyperledger/fabric-protos-go-apiv2/common"
+
+	"github.com/rubin-go/rubin/bft"
+	"github.com/rubin-go/rubin/order/block"
+	"github.com/rubin-go/rubin/order/envelope"
+)
+
+// Config is what every replica's App must agree on, besides Self and
+// Chain. A zero field takes its default.
+type Config struct {
+	// Channel is the one channel the service orders for.
+	Channel string
+	// Writers is the channel's Writers policy: who may broadcast.
+	Writers *envelope.Policy
+	// Block is how blocks are cut.
+	Block block.Config
+	// Orderers are the orderers' public keys, by replica ID: their
+	// signatures make a block final.
+	Orderers []ed25519.PublicKey
+	// F is the number of faulty orderers tolerated; a block is final
+	// with 2F+1 signatures.
+	F int
+	// MaxUnfinal bounds the blocks cut and not yet final (default 64):
+	// past it envelopes are refused with SERVICE_UNAVAILABLE until
+	// signatures catch up.
+	MaxUnfinal int
+	// DedupWindow is how many of the latest ordered envelopes the App
+	// remembers, by the SHA-256 of their payload (default 65536): one of
+	// them ordered again, by a client's retry through another orderer or
+	// an orderer's replay, is answered SUCCESS with Info "duplicate" and
+	// not put in a block again.
+	DedupWindow int
+
+	// Observer, if set, is told of every block cut and made final, for
+	// metrics.
+	Observer Observer
+
+	// Self is this replica's ID: the Duties sign for it.
+	Self uint32
+	// Chain receives the final blocks (default: a chain in memory).
+	Chain *Chain
+}
+
+// Observer is told what the App does. Its methods run on the App's
+// goroutine, inside Execute, so they must be quick; a replica replaying
+// its log after a restart tells them again.
+type Observer interface {
+	// Cut: block number was cut holding envelopes envelopes of size
+	// bytes in all, wait after its first envelope was ordered (in agreed
+	// time).
+	Cut(number uint64, envelopes, bytes int, wait time.Duration)
+	// Final: block number became final.
+	Final(number uint64)
+}
+
+// App is the ordering service as a bft.App. It is not safe for concurrent
+// use (a replica calls it from one goroutine), except Duties, which it
+// shares with another goroutine.
+type App struct {
+	cfg    Config
+	quorum int
+	cutter *block.Cutter
+	// next is the number of the next block to cut, prevHash the header
+	// hash of the last cut (nil before block 0).
+	next     uint64
+	prevHash []byte
+	// unfinal are the blocks cut and not yet final, in number order:
+	// unfinal[0] is block final.
+	unfinal []*unfinal
+	final   uint64
+	// seen holds the payload hashes of the latest DedupWindow envelopes
+	// ordered, in order, and is their set.
+	seen   [][32]byte
+	seenAt map[[32]byte]bool
+	duties *Duties
+}
+
+type unfinal struct {
+	block *cb.Block
+	sigs  []*cb.MetadataSignature
+	by    map[uint32]bool // the orderers in sigs
+}
+
+var _ bft.App = (*App)(nil)
+
+// New returns the App of an empty channel.
+func New(cfg Config) (*App, error) {
+	if cfg.Writers == nil || cfg.Channel == "" {
+		return nil, fmt.Errorf("order: a channel needs a name and a Writers policy")
+	}
+	if cfg.F < 1 || len(cfg.Orderers) != 3*cfg.F+1 || int(cfg.Self) >= len(cfg.Orderers) {
+		return nil, fmt.Errorf("order: %d orderers, f=%d, self %d: want 3f+1 orderers, self one of them", len(cfg.Orderers), cfg.F, cfg.Self)
+	}
+	if cfg.MaxUnfinal <= 0 {
+		cfg.MaxUnfinal = 64
+	}
+	if cfg.DedupWindow <= 0 {
+		cfg.DedupWindow = 1 << 16
+	}
+	if cfg.Chain == nil {
+		cfg.Chain = NewChain(new(MemStore))
+	}
+	a := &App{cfg: cfg, quorum: 2*cfg.F + 1, cutter: block.NewCutter(cfg.Block), seenAt: make(map[[32]byte]bool)}
+	a.duties = &Duties{wake: make(chan struct{}, 1), timeout: a.cutter.Config().BatchTimeout}
+	return a, nil
+}
+
+// Chain returns the chain the App appends final blocks to.
+func (a *App) Chain() *Chain { return a.cfg.Chain }
+
+// Duties returns what this replica must do besides executing: see Duties.
+func (a *App) Duties() *Duties { return a.duties }
+
+// Execute runs an op built by EnvelopeOp, CutOp or SignOp and returns its
+// encoded Result (ParseResult).
+func (a *App) Execute(ctx bft.ExecContext, b []byte) []byte {
+	o, err := decodeOp(b)
+	if err != nil {
+		return Result{Status: cb.Status_BAD_REQUEST, Info: err.Error()}.encode()
+	}
+	var r Result
+	switch o.kind {
+	case kindEnvelope:
+		r = a.envelope(o.env, ctx.Time)
+	case kindCut:
+		if o.number == a.next && a.cutter.Due(ctx.Time) {
+			since := a.cutter.Since()
+			a.cut(a.cutter.Cut(), ctx.Time.Sub(since))
+		}
+		r.Status = cb.Status_SUCCESS
+	case kindSign:
+		r = a.sign(o)
+	}
+	a.duties.pending(a.next, a.cutter.Since())
+	return r.encode()
+}
+
+func (a *App) envelope(env []byte, now time.Time) Result {
+	if len(a.unfinal) >= a.cfg.MaxUnfinal {
+		return Result{Status: cb.Status_SERVICE_UNAVAILABLE, Info: fmt.Sprintf("%d blocks wait for their signatures", len(a.unfinal))}
+	}
+	if max := a.cutter.Config().AbsoluteMaxBytes; len(env) > max {
+		return Result{Status: cb.Status_BAD_REQUEST, Info: fmt.Sprintf("the envelope's %d bytes exceed AbsoluteMaxBytes %d", len(env), max)}
+	}
+	p, err := envelope.Parse(env, a.cfg.Channel)
+	if err == nil {
+		err = envelope.CheckTransaction(p)
+	}
+	if err == nil {
+		err = a.cfg.Writers.Authorize(p, now)
+	}
+	if err != nil {
+		return Result{Status: envelope.StatusOf(err), Info: err.Error()}
+	}
+	h := sha256.Sum256(p.Envelope.GetPayload())
+	if a.seenAt[h] {
+		return Result{Status: cb.Status_SUCCESS, Info: "duplicate: the payload was ordered already"}
+	}
+	since := a.cutter.Since()
+	batches, err := a.cutter.Ordered(append([]byte(nil), env...), now)
+	if err != nil {
+		return Result{Status: cb.Status_BAD_REQUEST, Info: err.Error()}
+	}
+	a.remember(h)
+	for _, b := range batches {
+		// The first batch cut waited since the first envelope pending
+		// before this one, if any; a later one holds this envelope.
+		wait := time.Duration(0)
+		if !since.IsZero() {
+			wait = now.Sub(since)
+		}
+		a.cut(b, wait)
+		since = time.Time{}
+	}
+	return Result{Status: cb.Status_SUCCESS}
+}
+
+// remember adds an ordered payload's hash to the window, forgetting the
+// oldest past DedupWindow.
+func (a *App) remember(h [32]byte) {
+	if len(a.seen) >= a.cfg.DedupWindow {
+		delete(a.seenAt, a.seen[0])
+		a.seen = a.seen[1:]
+	}
+	a.seen = append(a.seen, h)
+	a.seenAt[h] = true
+}
+
+// cut makes the next block of batch, whose first envelope waited wait.
+func (a *App) cut(batch [][]byte, wait time.Duration) {
+	b := block.New(a.next, a.prevHash, batch)
+	if a.cfg.Observer != nil {
+		size := 0
+		for _, e := range batch {
+			size += len(e)
+		}
+		a.cfg.Observer.Cut(b.Header.Number, len(batch), size, wait)
+	}
+	a.prevHash = block.HeaderHash(b.Header)
+	a.next++
+	a.unfinal = append(a.unfinal, &unfinal{block: b, by: make(map[uint32]bool)})
+	a.duties.toSign(b.Header)
+}
+
+func (a *App) sign(o op) Result {
+	if o.number < a.final || o.number >= a.final+uint64(len(a.unfinal)) {
+		return Result{Status: cb.Status_NOT_FOUND, Info: fmt.Sprintf("block %d is final or not cut", o.number)}
+	}
+	u := a.unfinal[o.number-a.final]
+	if int(o.id) >= len(a.cfg.Orderers) || u.by[o.id] {
+		return Result{Status: cb.Status_BAD_REQUEST, Info: fmt.Sprintf("orderer %d is unknown or signed block %d already", o.id, o.number)}
+	}
+	if !verifyHeader(a.cfg.Orderers[o.id], o.id, u.block.Header, o.sig) {
+		return Result{Status: cb.Status_FORBIDDEN, Info: fmt.Sprintf("not orderer %d's signature of block %d", o.id, o.number)}
+	}
+	u.sigs = append(u.sigs, &cb.MetadataSignature{IdentifierHeader: identifierHeader(o.id), Signature: append([]byte(nil), o.sig...)})
+	u.by[o.id] = true
+	a.finalize()
+	return Result{Status: cb.Status_SUCCESS}
+}
+
+// finalize moves the blocks that have their quorum of signatures, in
+// order, to the chain.
+func (a *App) finalize() {
+	for len(a.unfinal) > 0 && len(a.unfinal[0].sigs) >= a.quorum {
+		u := a.unfinal[0]
+		u.block.Metadata.Metadata[cb.BlockMetadataIndex_SIGNATURES] = mustMarshal(&cb.Metadata{Value: metadataValue, Signatures: u.sigs})
+		a.cfg.Chain.put(a.final, mustMarshal(u.block))
+		if a.cfg.Observer != nil {
+			a.cfg.Observer.Final(a.final)
+		}
+		a.unfinal[0] = nil
+		a.unfinal = a.unfinal[1:]
+		a.final++
+	}
+}
+
+// Duties are what a replica does for the ordering service besides
+// executing ops: sign every block its App cuts (a SignOp), and ask for a
+// timeout cut (a CutOp) when, by its own clock, BatchTimeout passed since
+// the first pending envelope was ordered. The App reports to it as it
+// executes; Run, on another goroutine, acts. The App's own goroutine and
+// Run may use it at once.
+type Duties struct {
+	mu      sync.Mutex
+	wake    chan struct{} // a token when there is something to sign
+	timeout time.Duration
+	headers []*cb.BlockHeader // cut, to sign
+	next    uint64            // the next block to cut
+	since   time.Time         // the agreed time of its first envelope, zero if none
+}
+
+func (d *Duties) toSign(h *cb.BlockHeader) {
+	d.mu.Lock()
+	d.headers = append(d.headers, h)
+	d.mu.Unlock()
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (d *Duties) pending(next uint64, since time.Time) {
+	d.mu.Lock()
+	d.next, d.since = next, since
+	d.mu.Unlock()
+}
+
+// reset replaces what is to be signed and pending, after a restore.
+func (d *Duties) reset(headers []*cb.BlockHeader, next uint64, since time.Time) {
+	d.mu.Lock()
+	d.headers, d.next, d.since = headers, next, since
+	d.mu.Unlock()
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
