@@ -78,9 +78,10 @@ var layers = []layer{
 	// application, and the gRPC server of Fabric's orderer API.
 	{"fabric blocks", []string{"order/block"}, nil},
 	{"fabric envelopes", []string{"order/envelope"}, nil},
+	{"block ledger", []string{"order/ledger"}, nil},
 	{"ordering service", []string{"order"}, []string{"bft core", "fabric blocks", "fabric envelopes"}},
 	{"ordering clients", []string{"order/client"}, []string{"ordering service"}},
-	{"ordering server", []string{"order/server"}, []string{"ordering clients", "bft driver"}},
+	{"ordering server", []string{"order/server"}, []string{"ordering clients", "bft driver", "block ledger"}},
 	// A Fabric client sharing no code with the orderer: the tests' and
 	// the demo's.
 	{"fabric test client", []string{"order/ordertest"}, nil},
