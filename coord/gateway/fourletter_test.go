@@ -436,3 +436,32 @@ func TestFourLetterWordsZooKeeperTools(t *testing.T) {
 		t.Fatalf("FourLetterWordMain mntr: %v\n%s", err, out)
 	}
 }
+
+// TestFourLetterWordsWithoutQuorum: with two replicas of four down, ruok
+// is answered, and the words that need the tree's figures get
+// ZooKeeper's "not serving" within the handshake timeout.
+func TestFourLetterWordsWithoutQuorum(t *testing.T) {
+	tc := newTestCluster(t)
+	gw, addr := tc.serveGateway(gateway.Config{FourLetterWords: "*", HandshakeTimeout: time.Second})
+	if got := ask(t, addr, "srvr"); !strings.Contains(got, "\nMode: standalone\n") {
+		t.Fatalf("srvr with every replica up:\n%s", got)
+	}
+	tc.crash(1)
+	tc.crash(2)
+	if got := ask(t, addr, "ruok"); got != "imok" {
+		t.Fatalf("ruok: %q", got)
+	}
+	for _, w := range []string{"srvr", "stat", "mntr", "wchs"} {
+		start := time.Now()
+		if got := ask(t, addr, w); got != "This ZooKeeper instance is not currently serving requests\n" {
+			t.Fatalf("%s without a quorum: %q", w, got)
+		}
+		if d := time.Since(start); d > 3*time.Second {
+			t.Fatalf("%s without a quorum took %v", w, d)
+		}
+	}
+	if got := ask(t, addr, "cons"); !strings.HasSuffix(got, ")\n\n") {
+		t.Fatalf("cons without a quorum: %q", got)
+	}
+	waitFor(t, 10*time.Second, "the words' connections to go", func() bool { return gw.Stats().Conns == 0 })
+}
