@@ -39,10 +39,10 @@ var unsupportedWords = []string{"dirs", "dump", "gtmk", "hash", "stmk", "wchc", 
 // crst): ZooKeeper leaves all but srvr off by default for such reasons.
 const DefaultFourLetterWords = "ruok,isro,srvr,mntr"
 
-// ZooKeeperVersion is the version a gateway reports in srvr, stat, mntr
+// serverVersion is the version a gateway reports in srvr, stat, mntr
 // and envi: the ZooKeeper whose client protocol it speaks, and this
 // build.
-var ZooKeeperVersion = zooKeeperVersion()
+var serverVersion = zooKeeperVersion()
 
 func zooKeeperVersion() string {
 	rev, when := "rubin", "1970-01-01 00:00 UTC"
@@ -184,7 +184,7 @@ func (s *Server) answer(w string) string {
 	var b strings.Builder
 	switch w {
 	case "srvr", "stat":
-		fmt.Fprintf(&b, "Zookeeper version: %s\n", ZooKeeperVersion)
+		fmt.Fprintf(&b, "Zookeeper version: %s\n", serverVersion)
 		if w == "stat" {
 			b.WriteString("Clients:\n")
 			s.dumpConns(&b, true)
@@ -202,7 +202,7 @@ func (s *Server) answer(w string) string {
 	case "mntr":
 		lmin, lavg, lmax := s.counters.latency()
 		kv := func(k string, v any) { fmt.Fprintf(&b, "zk_%s\t%v\n", k, v) }
-		kv("version", ZooKeeperVersion)
+		kv("version", serverVersion)
 		kv("server_state", serverMode)
 		kv("avg_latency", javaDouble(lavg))
 		kv("max_latency", lmax)
@@ -340,7 +340,7 @@ func envi() string {
 	var b strings.Builder
 	b.WriteString("Environment:\n")
 	kv := func(k, v string) { fmt.Fprintf(&b, "%s=%s\n", k, v) }
-	kv("zookeeper.version", ZooKeeperVersion)
+	kv("zookeeper.version", serverVersion)
 	host, _ := os.Hostname()
 	kv("host.name", host)
 	kv("go.version", runtime.Version())
