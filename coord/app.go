@@ -149,8 +149,8 @@ func New(cfg Config) *App {
 // replica's tests and tools); the caller must not write to it.
 func (a *App) Tree() *tree.Tree { return a.tree }
 
-// Execute runs one op a gateway built with ConnectOp, RequestOp, PollOp
-// or ClaimOp and returns its result for the matching Parse function. Before the op
+// Execute runs one op a gateway built with ConnectOp, RequestOp, PollOp,
+// ClaimOp or StatsOp and returns its result for the matching Parse function. Before the op
 // it postpones every session's deadline if the gap since the last op was
 // an outage (Config.Outage), ends the sessions whose deadline
 // passed at ctx.Time and sweeps
@@ -173,6 +173,8 @@ func (a *App) Execute(ctx bft.ExecContext, b []byte) []byte {
 		return a.request(o, now)
 	case kindClaim:
 		return appendClaimResult(nil, a.claim(o, now))
+	case kindStats:
+		return a.stats()
 	default:
 		return a.poll(o, now)
 	}
@@ -249,7 +251,7 @@ func ReadOnly(op proto.OpCode, req proto.Record) bool {
 // state, without changing it: the bft core's read-only path, one round
 // trip instead of an ordered request. It answers a ClaimOp as Execute
 // would, recording nothing and taking lapsed claims as held (their
-// ClaimResult.Renewed tells). It answers StatusOrder, asking for
+// ClaimResult.Renewed tells), and a StatsOp as Execute does. It answers StatusOrder, asking for
 // the op to be ordered, for any other op, and for a session that is gone,
 // belongs to another gateway, or has watch events waiting: those must
 // reach the client before an answer that may show their change.
@@ -260,6 +262,9 @@ func (a *App) Query(_ bft.QueryContext, b []byte) []byte {
 		// Read-only, a claim is answered from the claims as they are,
 		// lapsed ones too: whether a holder runs shows in its renewals.
 		return appendClaimResult(nil, a.checkClaim(o, 0, false))
+	}
+	if err == nil && o.kind == kindStats {
+		return a.stats()
 	}
 	if err != nil || o.kind != kindRequest {
 		return order

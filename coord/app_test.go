@@ -673,3 +673,35 @@ func TestResultsWithinMaxOpSize(t *testing.T) {
 		t.Fatalf("a multiRead of two large nodes: %v", big2.hdr.Err)
 	}
 }
+
+// TestStatsOp: a StatsOp reads the tree's counts, read-only or ordered
+// alike, and a read-only one changes nothing.
+func TestStatsOp(t *testing.T) {
+	a := coord.New(coord.Config{})
+	ctx := bft.ExecContext{Seq: 1, Time: time.UnixMilli(1_700_000_000_000)}
+	a.Execute(ctx, coord.ConnectOp(1, 0, []byte("pw"), 5000))
+	frame := proto.Marshal(nil, &proto.RequestHeader{Xid: 1, Type: proto.OpCreate})
+	frame = proto.Marshal(frame, &proto.CreateRequest{Path: "/e", Data: []byte("abc"), ACL: proto.OpenACL, Flags: proto.ModeEphemeral})
+	ctx.Seq++
+	a.Execute(ctx, coord.RequestOp(1, 1, frame))
+	before := a.Snapshot()
+	q := a.Query(bft.QueryContext{}, coord.StatsOp(1))
+	if !bytes.Equal(a.Snapshot(), before) {
+		t.Fatal("a read-only StatsOp changed the state")
+	}
+	x := a.Execute(ctx, coord.StatsOp(1)) // the same agreed time: nothing to expire
+	if !bytes.Equal(q, x) {
+		t.Fatalf("Query answered %x, Execute %x", q, x)
+	}
+	r, err := coord.ParseStatsResult(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := a.Tree().Stats()
+	if r.Stats != want || r.Zxid != a.Tree().LastZxid() || r.Nodes != 5 || r.Ephemerals != 1 || r.Sessions != 1 {
+		t.Fatalf("stats %+v, want %+v at zxid %d", r, want, a.Tree().LastZxid())
+	}
+	if _, err := coord.ParseStatsResult(q[:len(q)-1]); err == nil {
+		t.Fatal("a short stats result parsed")
+	}
+}

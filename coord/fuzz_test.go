@@ -25,6 +25,7 @@ func FuzzExecute(f *testing.F) {
 	f.Add(coord.PollOp(1, []int64{1, 2}))
 	f.Add(coord.ConnectOp(2, 1, []byte("pw"), 5000))
 	f.Add(coord.ClaimOp(1, 7, []bft.ClientID{0, 1, 2, 5}))
+	f.Add(coord.StatsOp(1))
 	f.Fuzz(func(t *testing.T, op []byte) {
 		var apps [2]*coord.App
 		var res [2][]byte

@@ -14,6 +14,7 @@ const (
 	kindRequest int32 = 2 // one ZooKeeper request of a session
 	kindPoll    int32 = 3 // renew sessions and collect their events
 	kindClaim   int32 = 4 // claim a gateway ID and client identities
+	kindStats   int32 = 5 // read the tree's counts
 )
 
 // Status says what a gateway does with a session's connection after it
@@ -185,6 +186,7 @@ func decodeOp(b []byte) (op, error) {
 	case kindClaim:
 		o.holder = d.Int64()
 		o.ranges = decodeRanges(d)
+	case kindStats:
 	default:
 		d.Fail(fmt.Errorf("unknown kind %d", o.kind))
 	}

@@ -114,6 +114,9 @@ type Client struct {
 	incoming  []*call
 	abandoned []*call // calls whose ctx ended
 	linksUp   atomic.Int32
+	// mismatches counts, per replica, its replies that differed from a
+	// result (Mismatches).
+	mismatches []atomic.Uint64
 
 	// Owned by the loop's goroutine.
 	slots   []*slot
@@ -140,6 +143,8 @@ type slot struct {
 	// on: a replica that has not seen the identity on its current link
 	// gets its next request too (see Client).
 	seen []*peerLink
+	// dissent compares the replicas' replies with the results.
+	dissent dissent
 }
 
 type call struct {
@@ -215,7 +220,7 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("client", cfg.ID)
-	m, err := newClientMetrics(cfg.Registerer, cfg.ID)
+	m, err := newClientMetrics(cfg.Registerer, cfg.ID, n)
 	if err != nil {
 		return nil, fmt.Errorf("node: client %d: metrics: %w", cfg.ID, err)
 	}
@@ -234,6 +239,8 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		byID:   byID,
 		free:   free,
 		links:  make([]*peerLink, n),
+
+		mismatches: make([]atomic.Uint64, n),
 	}
 	if c.ev, err = c.openLoop(); err != nil {
 		return nil, fmt.Errorf("node: client %d: %w", cfg.ID, err)
@@ -473,6 +480,7 @@ func (c *Client) drop(cl *call) {
 		return // impossible: the configuration was valid before
 	}
 	s.core = core
+	s.dissent.reset()
 	clear(s.calls)
 	s.calls = s.calls[:0]
 	c.free = append(c.free, s)
@@ -499,11 +507,38 @@ func (c *Client) stepOne(from bft.ReplicaID, rep *bft.Reply) {
 		c.m.dropped.inc(reasonInvalid)
 		return
 	}
-	if err := s.core.Step(from, rep); err != nil {
+	err := s.core.Step(from, rep)
+	if r, ok := s.dissent.reply(from, rep, err, s.lastTS); ok {
+		c.mismatch(r)
+	}
+	if err != nil {
 		c.m.dropped.inc(stepReason(err))
 		return
 	}
 	c.touch(s)
+}
+
+// mismatch counts a reply of replica r that differed from the result f+1
+// replicas agreed on.
+func (c *Client) mismatch(r bft.ReplicaID) {
+	if int(r) < len(c.m.mismatches) {
+		c.m.mismatches[r].Inc()
+		c.mismatches[r].Add(1)
+	}
+}
+
+// Mismatches returns, for each replica, the replies to ordered requests
+// it sent that differed from the result f+1 replicas agreed on: as
+// correct replicas reply alike, each is a fault of that replica. Replies
+// that come after the result are compared with the last few results of
+// their identity; replies to read-only requests, which a correct
+// replica that lags may answer from an older state, are not compared.
+func (c *Client) Mismatches() []uint64 {
+	out := make([]uint64, len(c.mismatches))
+	for i := range c.mismatches {
+		out[i] = c.mismatches[i].Load()
+	}
+	return out
 }
 
 // collect takes the Ready of every core that may have one, answers the
@@ -551,6 +586,9 @@ func (c *Client) collect() {
 			}
 		}
 		for _, d := range rd.Done {
+			for _, r := range s.dissent.result(d) {
+				c.mismatch(r)
+			}
 			c.complete(s, d)
 		}
 		if len(rd.Done) > 0 && len(c.pending) > 0 {

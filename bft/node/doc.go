@@ -112,6 +112,7 @@
 //	rubin_bft_client_latency_seconds                histogram
 //	rubin_bft_client_retransmissions_total          counter
 //	rubin_bft_client_messages_dropped_total{reason} counter
+//	rubin_bft_client_mismatched_replies_total{replica} counter (see Client.Mismatches)
 //
 // A Replica's event loop (its selector, transport and buffer pool) has
 // counters of its own, read by LoopStats; cmd/bft exports them with

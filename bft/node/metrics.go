@@ -227,12 +227,15 @@ type clientMetrics struct {
 	latency         prometheus.Histogram
 	retransmissions prometheus.Counter
 	dropped         *dropCounters
+	mismatches      []prometheus.Counter // by replica
 }
 
-func newClientMetrics(reg prometheus.Registerer, id bft.ClientID) (*clientMetrics, error) {
+func newClientMetrics(reg prometheus.Registerer, id bft.ClientID, replicas int) (*clientMetrics, error) {
 	cl := prometheus.Labels{"client": itoa(uint64(id))}
 	drop := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: "client", Name: "messages_dropped_total",
 		Help: "Messages dropped or rejected, by reason.", ConstLabels: cl}, []string{"reason"})
+	mism := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: "client", Name: "mismatched_replies_total",
+		Help: "Replies to ordered requests that differed from the result f+1 replicas agreed on, by replica: faults of that replica.", ConstLabels: cl}, []string{"replica"})
 	m := &clientMetrics{
 		completed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Subsystem: "client", Name: "completed_requests_total",
 			Help: "Requests completed (f+1 matching replies).", ConstLabels: cl}),
@@ -255,8 +258,14 @@ func newClientMetrics(reg prometheus.Registerer, id bft.ClientID) (*clientMetric
 		if drop, err = register(reg, drop); err != nil {
 			return nil, err
 		}
+		if mism, err = register(reg, mism); err != nil {
+			return nil, err
+		}
 	}
 	m.dropped = newDropCounters(drop)
+	for i := range replicas {
+		m.mismatches = append(m.mismatches, mism.WithLabelValues(itoa(uint64(i))))
+	}
 	return m, nil
 }
 

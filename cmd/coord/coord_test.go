@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -41,6 +42,8 @@ func TestUsageErrors(t *testing.T) {
 		{"gateway", "-nosuchflag"},
 		{"gateway", "-max-client-cnxns", "-1"},
 		{"gateway", "-max-client-sessions", "-1"},
+		{"gateway", "-four-letter-words", "ruok,dump"},
+		{"gateway", "-four-letter-words", "what"},
 		{"demo", "-clients", "1"},
 		{"demo", "-transport", "udp"},
 	} {
@@ -136,6 +139,47 @@ func inProcess(t *testing.T) (start func(args ...string) *syncBuffer, stop func(
 	return start, stop
 }
 
+// fourLetter asks a gateway a four-letter word and returns its answer.
+// It asks again while the connection is refused: with -max-client-cnxns
+// 2, the previous word's connection may not be gone yet.
+func fourLetter(t *testing.T, addr, word string) string {
+	t.Helper()
+	var err error
+	for range 50 {
+		var b []byte
+		var nc net.Conn
+		if nc, err = net.Dial("tcp", addr); err != nil {
+			t.Fatal(err)
+		}
+		nc.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err = io.WriteString(nc, word); err == nil {
+			b, err = io.ReadAll(nc)
+		}
+		nc.Close()
+		if err == nil && len(b) > 0 {
+			return string(b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s: no answer: %v", word, err)
+	return ""
+}
+
+// scrape returns the metrics served at url.
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s %v", url, resp.Status, err)
+	}
+	return string(b)
+}
+
 // TestCommands runs keygen, four replicas and a gateway as the commands,
 // in this process, and a ZooKeeper client through the gateway.
 func TestCommands(t *testing.T) {
@@ -158,7 +202,13 @@ func TestCommands(t *testing.T) {
 		start("replica", "-id", strconv.Itoa(i), "-cluster", file, "-data-dir", filepath.Join(dir, "r"+strconv.Itoa(i)), "-transport", "tcp")
 	}
 	prof := filepath.Join(dir, "gateway.prof")
-	addr := announced(t, start("gateway", "-cluster", file, "-listen", "127.0.0.1:0", "-ids", "0-3", "-transport", "tcp", "-cpuprofile", prof, "-max-client-cnxns", "2"))
+	gwOut := start("gateway", "-cluster", file, "-listen", "127.0.0.1:0", "-ids", "0-3", "-transport", "tcp", "-cpuprofile", prof, "-max-client-cnxns", "2",
+		"-metrics-addr", "127.0.0.1:0", "-four-letter-words", "ruok,mntr")
+	addr := announced(t, gwOut)
+	metricsURL := regexp.MustCompile(`gateway metrics on (\S+)\n`).FindStringSubmatch(gwOut.String())
+	if metricsURL == nil {
+		t.Fatalf("no metrics address in the gateway's output: %q", gwOut.String())
+	}
 
 	zc, _, err := zk.Connect([]string{addr}, 10*time.Second, zk.WithLogger(quietLogger{}))
 	if err != nil {
@@ -171,8 +221,31 @@ func TestCommands(t *testing.T) {
 	if data, _, err := zc.Get("/hello"); err != nil || string(data) != "world" {
 		t.Fatalf("get: %q %v", data, err)
 	}
+	// The four-letter words -four-letter-words lets through, and the
+	// metrics of -metrics-addr, which count them.
+	if got := fourLetter(t, addr, "mntr"); !strings.Contains(got, "zk_znode_count\t5\n") || !strings.Contains(got, "zk_ephemerals_count\t1\n") {
+		t.Fatalf("mntr:\n%s", got)
+	}
+	if got := fourLetter(t, addr, "stat"); got != "stat is not executed because it is not in the whitelist.\n" {
+		t.Fatalf("stat: %q", got)
+	}
+	body := scrape(t, metricsURL[1])
+	for _, want := range []string{
+		`rubin_coord_gateway_sessions{gateway="0"} 1` + "\n",
+		`rubin_coord_gateway_four_letter_words_total{gateway="0",word="mntr"} 1` + "\n",
+		`rubin_coord_gateway_four_letter_words_total{gateway="0",word="stat"} 1` + "\n",
+		`rubin_coord_gateway_outstanding_requests{gateway="0"} 0` + "\n",
+		`rubin_bft_client_completed_requests_total{client="0"} `,
+		`rubin_bft_client_mismatched_replies_total{client="0",replica="3"} 0` + "\n",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the metrics lack %q:\n%s", want, body)
+		}
+	}
 	// -max-client-cnxns 2: with zc connected, one more connection from
-	// this address stays and the next is closed.
+	// this address stays and the next is closed (once the gateway has
+	// seen the four-letter words' connections close).
+	time.Sleep(200 * time.Millisecond)
 	var held []net.Conn
 	for range 2 {
 		nc, err := net.Dial("tcp", addr)

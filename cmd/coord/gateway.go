@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"slices"
 	"strconv"
@@ -15,16 +16,20 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
 	"github.com/rubin-go/rubin/bft"
 	"github.com/rubin-go/rubin/bft/auth"
 	"github.com/rubin-go/rubin/bft/node"
 	"github.com/rubin-go/rubin/coord"
 	"github.com/rubin-go/rubin/coord/gateway"
+	"github.com/rubin-go/rubin/metrics"
 )
 
 func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cf clusterFlags
-	var listen, ids string
+	var listen, ids, words, metricsAddr string
 	var perHost, sessionsPerHost, total, which int
 	var claimWait time.Duration
 	err := parseFlags("gateway", args, stderr, func(fs *flag.FlagSet) {
@@ -36,12 +41,17 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fs.IntVar(&sessionsPerHost, "max-client-sessions", gateway.DefaultMaxSessionsPerHost, "the most sessions one client address may hold, counting those whose connection ended until they expire (0: no limit)")
 		fs.DurationVar(&claimWait, "claim-wait", claimLapse, "wait up to `duration` for the claim of these identities by a gateway that stopped to lapse (0: refuse at once)")
 		fs.IntVar(&total, "max-conns", gateway.DefaultMaxConns, "the most connections open at once from all clients (0: no limit)")
+		fs.StringVar(&words, "four-letter-words", gateway.DefaultFourLetterWords, "the four-letter `words` answered on the client port, comma-separated, as ZooKeeper's 4lw.commands.whitelist (* for all: conf,cons,crst,envi,isro,mntr,ruok,srst,srvr,stat,wchs; none for none)")
+		fs.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics")
 	})
 	if err != nil {
 		return err
 	}
 	if perHost < 0 || sessionsPerHost < 0 || total < 0 {
 		return fmt.Errorf("%w: -max-client-cnxns, -max-client-sessions and -max-conns must not be negative", errUsage)
+	}
+	if err := gateway.CheckFourLetterWords(words); err != nil {
+		return fmt.Errorf("%w: -four-letter-words: %w", errUsage, err)
 	}
 	c, err := cf.load()
 	if err != nil {
@@ -58,10 +68,26 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	logger := cf.logger(stderr).With("gateway", listen)
-	gcfg := gateway.Config{MaxConnsPerHost: noLimit(perHost), MaxSessionsPerHost: noLimit(sessionsPerHost), MaxConns: noLimit(total)}
-	client, gw, err := newGateway(ctx, node.ClientConfig{Cluster: c, IDs: pool, Transport: &cf.transport, Logger: logger}, gcfg, claimWait)
+	var reg *prometheus.Registry
+	ccfg := node.ClientConfig{Cluster: c, IDs: pool, Transport: &cf.transport, Logger: logger}
+	gcfg := gateway.Config{MaxConnsPerHost: noLimit(perHost), MaxSessionsPerHost: noLimit(sessionsPerHost), MaxConns: noLimit(total), FourLetterWords: orNone(words)}
+	if metricsAddr != "" {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		ccfg.Registerer, gcfg.Registerer = reg, reg
+	}
+	client, gw, err := newGateway(ctx, ccfg, gcfg, claimWait)
 	if err != nil {
 		return err
+	}
+	if reg != nil {
+		addr, err := metrics.Serve(ctx, metricsAddr, reg, slog.NewLogLogger(logger.Handler(), slog.LevelError))
+		if err != nil {
+			client.Close()
+			gw.Close()
+			return err
+		}
+		fmt.Fprintf(stdout, "gateway metrics on http://%v/metrics\n", addr)
 	}
 	defer client.Close()
 	defer gw.Close()
@@ -84,6 +110,15 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 	})
+}
+
+// orNone maps an empty -four-letter-words to gateway.Config's "none" (an
+// empty Config.FourLetterWords is the default).
+func orNone(words string) string {
+	if words == "" {
+		return "none"
+	}
+	return words
 }
 
 // noLimit maps a flag's 0, ZooKeeper's "no limit", to gateway.Config's.
@@ -148,6 +183,7 @@ func probeClaim(ctx context.Context, cfg node.ClientConfig) (coord.ClaimResult, 
 		return coord.ClaimResult{}, err
 	}
 	cfg.StartTimestamp, cfg.OnNote = 1+binary.BigEndian.Uint64(b[:])>>4, nil // below 2^60 ns: 2006
+	cfg.Registerer = nil                                                     // the gateway's client exports the metrics
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	client, err := node.NewClient(ctx, cfg)

@@ -6,7 +6,7 @@
 //
 //	coord keygen -n 4 -base-port 7100 -out cluster.json [-clients 64] [-gateways 1] [-host 127.0.0.1 | -addrs H:P,...] [-split DIR]
 //	coord replica -id I -cluster cluster.json [-data-dir DIR] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
-//	coord gateway -cluster cluster.json -listen HOST:PORT [-gateway I | -ids FIRST-LAST] [-claim-wait D] [-max-client-cnxns 60] [-max-client-sessions 120] [-max-conns 1024] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
+//	coord gateway -cluster cluster.json -listen HOST:PORT [-gateway I | -ids FIRST-LAST] [-claim-wait D] [-max-client-cnxns 60] [-max-client-sessions 120] [-max-conns 1024] [-four-letter-words ruok,isro,srvr,mntr] [-metrics-addr ADDR] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
 //	coord demo [-transport tcp|rdma] [-clients C] [-rounds R]
 //
 // keygen writes a cluster file as bft keygen does: every replica's
@@ -39,6 +39,15 @@
 // most once a second). So is a connect for a new session from an address
 // that holds -max-client-sessions (default 120), counting sessions whose
 // connection ended until they may have expired.
+//
+// On its client port a gateway answers ZooKeeper's four-letter words
+// (`echo mntr | nc HOST PORT`) that -four-letter-words lists, as
+// ZooKeeper's 4lw.commands.whitelist: by default ruok, isro, srvr and
+// mntr; * for every one it supports (conf, cons, crst, envi, isro, mntr,
+// ruok, srst, srvr, stat, wchs), none for none. With -metrics-addr it
+// serves Prometheus metrics at http://ADDR/metrics (sessions,
+// connections, outstanding requests, four-letter words, and its bft
+// client's) and prints "gateway metrics on URL".
 //
 // demo starts four replicas and a gateway in this process, and C
 // ZooKeeper clients (go-zookeeper/zk) that each take a lock R times to
@@ -86,7 +95,7 @@ const (
 const usageText = `usage:
   coord keygen -n 4 -base-port 7100 -out cluster.json [-clients 64] [-gateways 1] [-host 127.0.0.1 | -addrs H:P,...] [-split DIR]
   coord replica -id I -cluster cluster.json [-data-dir DIR] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
-  coord gateway -cluster cluster.json -listen HOST:PORT [-gateway I | -ids FIRST-LAST] [-claim-wait D] [-max-client-cnxns 60] [-max-client-sessions 120] [-max-conns 1024] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
+  coord gateway -cluster cluster.json -listen HOST:PORT [-gateway I | -ids FIRST-LAST] [-claim-wait D] [-max-client-cnxns 60] [-max-client-sessions 120] [-max-conns 1024] [-four-letter-words ruok,isro,srvr,mntr] [-metrics-addr ADDR] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
   coord demo [-transport tcp|rdma] [-clients C] [-rounds R]
 `
 

@@ -14,7 +14,7 @@ import (
 // TestByzantineReplicaOutvoted runs a client against four replicas of
 // which one lies in every answer (coordtest.Liar): the gateway passes on only what f+1
 // replicas said, so the client sees neither the lies nor the invented
-// events.
+// events; its bft client counts the liar's replies as mismatches.
 func TestByzantineReplicaOutvoted(t *testing.T) {
 	tc := newClusterWith(t, func(i int, app *coord.App) bft.App {
 		if i == 2 {
@@ -36,5 +36,16 @@ func TestByzantineReplicaOutvoted(t *testing.T) {
 		}
 		must(c.Set("/truth", []byte("truth"), -1))
 		waitEvent(t, w, zk.EventNodeDataChanged, "/truth")
+	}
+	// The gateway's bft client saw the liar's replies to the 41 ordered
+	// requests differ from the results, and no other replica's.
+	var m []uint64
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if m = tc.client.Mismatches(); m[2] >= 41 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if m[0] != 0 || m[1] != 0 || m[3] != 0 || m[2] < 41 {
+		t.Fatalf("mismatched replies by replica: %v, want 41 or more of replica 2's alone", m)
 	}
 }

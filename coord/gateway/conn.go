@@ -1,11 +1,13 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -22,6 +24,16 @@ type conn struct {
 	srv  *Server
 	nc   net.Conn
 	host string // the client's address, which MaxConnsPerHost counts
+
+	// For the four-letter words: when the connection was accepted, its
+	// packets and latency, its requests not yet answered, and its last
+	// op, xid and reply (UnixNano).
+	established time.Time
+	counters    counters
+	outstanding atomic.Int64
+	lastOp      atomic.Int32
+	lastCxid    atomic.Int32
+	lastResp    atomic.Int64
 
 	// Set by the handshake, before the session is bound; read-only after.
 	session int64
@@ -60,10 +72,11 @@ type request struct {
 	hdr      proto.RequestHeader
 	frame    []byte // header and body, as the client sent them
 	readOnly bool   // coord.ReadOnly: it may go as a read-only request
+	arrived  time.Time
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
-	c := &conn{srv: s, nc: nc, host: remoteHost(nc), turn: make(chan struct{}, 1), done: make(chan struct{}), wake: make(chan struct{}, 1)}
+	c := &conn{srv: s, nc: nc, host: remoteHost(nc), established: time.Now(), turn: make(chan struct{}, 1), done: make(chan struct{}), wake: make(chan struct{}, 1)}
 	c.cond.L = &c.mu
 	return c
 }
@@ -99,14 +112,23 @@ func (c *conn) serve() {
 }
 
 // handshake reads the client's connect request, opens or resumes its
-// session on the replicas and answers.
+// session on the replicas and answers. A four-letter word in place of
+// the request's length is answered, and ends the connection.
 func (c *conn) handshake() error {
 	cfg := &c.srv.cfg
 	c.nc.SetReadDeadline(time.Now().Add(cfg.HandshakeTimeout))
-	frame, err := proto.ReadFrameLimit(c.nc, nil, maxConnectFrame)
+	var head [4]byte
+	if _, err := io.ReadFull(c.nc, head[:]); err != nil {
+		return err
+	}
+	if w := string(head[:]); isFourLetterWord(w) {
+		return c.fourLetter(w)
+	}
+	frame, err := proto.ReadFrameLimit(io.MultiReader(bytes.NewReader(head[:]), c.nc), nil, maxConnectFrame)
 	if err != nil {
 		return err
 	}
+	c.countReceived()
 	var req proto.ConnectRequest
 	if err := proto.Unmarshal(frame, &req); err != nil {
 		return err
@@ -154,6 +176,7 @@ func (c *conn) handshake() error {
 	if err := proto.WriteFrame(c.nc, &resp); err != nil {
 		return err
 	}
+	c.countSent(1)
 	if r.Status != coord.StatusOK {
 		return fmt.Errorf("connect to session %#x: %v", req.SessionID, r.Status)
 	}
@@ -175,6 +198,8 @@ func (c *conn) readLoop() error {
 		if err != nil {
 			return err
 		}
+		arrived := time.Now()
+		c.countReceived()
 		hdr, body, err := proto.SplitRequest(frame)
 		if err != nil {
 			return err
@@ -182,6 +207,7 @@ func (c *conn) readLoop() error {
 		if hdr.Type == proto.OpPing {
 			b, _ := proto.AppendReply(nil, proto.ReplyHeader{Xid: hdr.Xid, Zxid: c.lastZxid.Load()}, proto.OpPing, nil)
 			c.send(b)
+			c.answered(hdr, arrived)
 			continue
 		}
 		req, err := proto.DecodeRequest(hdr.Type, body)
@@ -198,7 +224,7 @@ func (c *conn) readLoop() error {
 			coord.SealAuth(a, remoteHost(c.nc))
 			frame = proto.Marshal(proto.Marshal(nil, &hdr), a)
 		}
-		if !c.push(request{hdr: hdr, frame: frame, readOnly: err == nil && coord.ReadOnly(hdr.Type, req)}) {
+		if !c.push(request{hdr: hdr, frame: frame, readOnly: err == nil && coord.ReadOnly(hdr.Type, req), arrived: arrived}) {
 			return nil
 		}
 	}
@@ -243,6 +269,7 @@ func (c *conn) push(r request) bool {
 	}
 	c.pending = append(c.pending, r)
 	c.pendingBytes += len(r.frame)
+	c.outstanding.Add(1)
 	c.cond.Broadcast()
 	return true
 }
@@ -287,10 +314,13 @@ func (c *conn) work() {
 			c.srv.signalPoll()
 		}
 		if err != nil {
+			c.outstanding.Add(-1)
 			c.kill(err)
 			return
 		}
 		c.deliver(r.Status, r.Frames)
+		c.outstanding.Add(-1)
+		c.answered(req.hdr, req.arrived)
 	}
 }
 
@@ -344,6 +374,7 @@ func (c *conn) deliver(st coord.Status, frames []byte) {
 			if len(frames) > 0 {
 				c.out = append(c.out, frames)
 				c.outBytes += len(frames)
+				c.countSent(countFrames(frames))
 			}
 			c.closeAfter = true
 		}
@@ -390,7 +421,50 @@ func (c *conn) send(b []byte) {
 	c.out = append(c.out, b)
 	c.outBytes += len(b)
 	c.mu.Unlock()
+	c.countSent(countFrames(b))
 	c.signal()
+}
+
+// countReceived counts a packet from the client, for the four-letter
+// words.
+func (c *conn) countReceived() {
+	c.counters.received.Add(1)
+	c.srv.counters.received.Add(1)
+}
+
+// countSent counts n packets queued for the client.
+func (c *conn) countSent(n int) {
+	c.counters.sent.Add(uint64(n))
+	c.srv.counters.sent.Add(uint64(n))
+}
+
+// answered records a request whose reply was queued: its latency since
+// it arrived, and what cons shows of the connection's last op.
+func (c *conn) answered(hdr proto.RequestHeader, arrived time.Time) {
+	now := time.Now()
+	d := now.Sub(arrived)
+	c.counters.record(d)
+	c.srv.counters.record(d)
+	c.srv.metrics.observe(d)
+	c.lastOp.Store(int32(hdr.Type))
+	if hdr.Type != proto.OpPing {
+		c.lastCxid.Store(hdr.Xid)
+	}
+	c.lastResp.Store(now.UnixNano())
+}
+
+// countFrames returns the number of whole frames in b.
+func countFrames(b []byte) int {
+	n := 0
+	for len(b) >= 4 {
+		m := int(binary.BigEndian.Uint32(b))
+		if m < 0 || m > len(b)-4 {
+			break
+		}
+		b = b[4+m:]
+		n++
+	}
+	return n
 }
 
 func (c *conn) signal() {

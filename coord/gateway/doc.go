@@ -88,4 +88,16 @@
 // slow and its connection is closed). A client that sends a frame that
 // does not decode, or nothing for its session timeout, has its connection
 // closed; the others are not affected.
+//
+// # Four-letter words and metrics
+//
+// A connection whose first four bytes are one of ZooKeeper's four-letter
+// words that Config.FourLetterWords lets through (ruok, isro, srvr and
+// mntr by default) gets ZooKeeper's answer and is closed; it counts
+// against the connection bounds. The tree's figures in the answers
+// (node, watch and ephemeral counts, data size, zxid) come from the
+// replicas through a read-only coord.StatsOp that 2f+1 must answer
+// alike; the rest the gateway counts itself. With Config.Registerer the
+// gateway exports Prometheus metrics: sessions, connections, outstanding
+// requests, latency, four-letter words and refusals.
 package gateway

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/rubin-go/rubin/bft"
 	"github.com/rubin-go/rubin/coord"
 )
@@ -89,7 +91,16 @@ type Config struct {
 	// MaxOutput bounds the bytes waiting to be written to a connection
 	// (default 16 MiB); past it the connection is closed.
 	MaxOutput int
-	Logger    *slog.Logger // nil: discard
+	// FourLetterWords are the four-letter words the gateway answers,
+	// comma-separated, as ZooKeeper's 4lw.commands.whitelist: "" for
+	// DefaultFourLetterWords, "*" for all it supports, "none" for none.
+	// A word not listed is answered as ZooKeeper answers one not in its
+	// whitelist.
+	FourLetterWords string
+	// Registerer, if set, takes the gateway's Prometheus metrics
+	// (namespace rubin_coord, subsystem gateway, label gateway=ID).
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger // nil: discard
 }
 
 func (c Config) normalized() Config {
@@ -149,6 +160,11 @@ type Server struct {
 	// holder is the number the gateway drew for its claim.
 	holder int64
 
+	words    map[string]bool // the four-letter words answered
+	started  time.Time
+	counters counters // of all connections, for the four-letter words
+	metrics  *metrics
+
 	mu        sync.Mutex
 	closed    bool
 	failed    error // why the gateway stopped itself (fail)
@@ -178,6 +194,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("gateway: Config.Invoker is nil")
 	}
 	cfg = cfg.normalized()
+	words, err := parseFourLetterWords(cfg.FourLetterWords)
+	if err != nil {
+		return nil, err
+	}
 	for cfg.ID == 0 && !cfg.Notified {
 		var b [8]byte
 		if _, err := rand.Read(b[:]); err != nil {
@@ -194,9 +214,10 @@ func New(cfg Config) (*Server, error) {
 		holder = int64(binary.BigEndian.Uint64(b[:]))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), holder: holder,
+	s := &Server{cfg: cfg, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), holder: holder, words: words, started: time.Now(),
 		listeners: make(map[net.Listener]bool), conns: make(map[*conn]bool), perHost: make(map[string]int), sessions: make(map[int64]*conn),
 		hostSessions: make(map[string]int), lingering: make(map[string]map[int64]time.Time), lingerHost: make(map[int64]string)}
+	s.metrics = newMetrics(s)
 	if claims := cfg.Notified || len(cfg.Identities) > 0; claims {
 		if err := s.claim(ctx); err != nil {
 			cancel()
@@ -207,6 +228,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.wg.Add(1)
 	go s.pollLoop()
+	if cfg.Registerer != nil {
+		if err := s.metrics.register(cfg.Registerer); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
@@ -299,6 +326,18 @@ func (s *Server) Sessions() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.sessions)
+}
+
+// outstanding returns the number of client requests received and not
+// yet answered.
+func (s *Server) outstanding() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	for c := range s.conns {
+		n += c.outstanding.Load()
+	}
+	return n
 }
 
 // bind makes c the connection of its session, closing the one that served
