@@ -27,7 +27,7 @@ set -euo pipefail
 # pkgs are the packages whose tests talk RDMA when RUBIN_RDMA_ADDR is set.
 # PATH=REGEX runs only that package's tests that match REGEX: its other
 # tests run on the host, and would only be slow under emulation.
-pkgs=(./transport/rdma . ./cmd/echo ./cmd/bft=RDMA ./bft/node=RDMA ./coord/gateway=RDMA)
+pkgs=(./transport/rdma . ./cmd/echo ./cmd/bft=RDMA ./bft/node=RDMA ./coord/gateway=RDMA ./order/server=RDMA)
 
 # testflags go to every test binary.
 testflags=(-test.v -test.count=1 -test.timeout=15m)
