@@ -180,7 +180,15 @@ func TestFailoverLinearizable(t *testing.T) {
 		wg.Wait()
 	}()
 	for i, s := range sessions[:clients] {
-		wg.Go(func() { h.client(i, s.Conn, func(int) bool { return !stop.Load() }) })
+		// Each client waits 5ms between operations, which keeps the
+		// history small enough to check in a second or two; together
+		// they still have an op ordered every few milliseconds.
+		wg.Go(func() {
+			h.client(i, s.Conn, func(int) bool {
+				time.Sleep(5 * time.Millisecond)
+				return !stop.Load()
+			})
+		})
 	}
 	log := func(format string, args ...any) {
 		t.Helper()
