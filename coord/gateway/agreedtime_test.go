@@ -1,8 +1,6 @@
 package gateway_test
 
 import (
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,30 +39,8 @@ func TestLyingPrimaryCannotExpireAnIdleSession(t *testing.T) {
 	busy := tc.connect(30 * time.Second)
 	must(busy.Create("/busy", nil, 0, open))
 
-	victim, events, err := zk.Connect([]string{tc.addr}, 4*time.Second, zk.WithLogger(quietLogger{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(victim.Close)
-	var expired atomic.Bool
-	connected := make(chan struct{})
-	go func() {
-		once := sync.Once{}
-		for ev := range events {
-			switch ev.State {
-			case zk.StateHasSession:
-				once.Do(func() { close(connected) })
-			case zk.StateExpired:
-				expired.Store(true)
-			}
-		}
-	}()
-	select {
-	case <-connected:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no session after 10s")
-	}
-	id := victim.SessionID()
+	victim := tc.trackSession([]string{tc.addr}, 4*time.Second)
+	id := victim.id
 	must(victim.Create("/victim", nil, zk.FlagEphemeral, open))
 
 	// The other client writes every 50ms and watches the agreed time
@@ -82,11 +58,11 @@ func TestLyingPrimaryCannotExpireAnIdleSession(t *testing.T) {
 				ahead, behind = max(ahead, d), min(behind, d)
 			}
 		}
-		if expired.Load() {
+		if victim.expired.Load() {
 			break
 		}
 	}
-	if expired.Load() {
+	if victim.expired.Load() {
 		t.Fatalf("session %#x expired with the primary's clock swinging %v either side (agreed time seen %v ahead, %v behind)", id, swing, ahead, -behind)
 	}
 	if victim.SessionID() != id {

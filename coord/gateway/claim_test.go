@@ -12,17 +12,17 @@ import (
 	"github.com/rubin-go/rubin/coord/gateway"
 )
 
-// pausable is an Invoker whose calls wait while it is paused.
-type pausable struct {
-	gateway.Invoker
+// gate holds its callers while it is paused.
+type gate struct {
 	mu     sync.Mutex
 	paused chan struct{} // closed when resumed; nil: running
 }
 
-func (p *pausable) wait(ctx context.Context) error {
-	p.mu.Lock()
-	ch := p.paused
-	p.mu.Unlock()
+// wait returns once the gate runs, or with ctx's error if ctx ends first.
+func (g *gate) wait(ctx context.Context) error {
+	g.mu.Lock()
+	ch := g.paused
+	g.mu.Unlock()
 	if ch == nil {
 		return nil
 	}
@@ -32,6 +32,29 @@ func (p *pausable) wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+func (g *gate) pause() {
+	g.mu.Lock()
+	if g.paused == nil {
+		g.paused = make(chan struct{})
+	}
+	g.mu.Unlock()
+}
+
+func (g *gate) resume() {
+	g.mu.Lock()
+	if g.paused != nil {
+		close(g.paused)
+		g.paused = nil
+	}
+	g.mu.Unlock()
+}
+
+// pausable is an Invoker whose calls wait while it is paused.
+type pausable struct {
+	gateway.Invoker
+	gate
 }
 
 func (p *pausable) Invoke(ctx context.Context, op []byte) ([]byte, error) {
@@ -46,19 +69,6 @@ func (p *pausable) InvokeRead(ctx context.Context, op []byte) ([]byte, error) {
 		return nil, err
 	}
 	return p.Invoker.InvokeRead(ctx, op)
-}
-
-func (p *pausable) pause() {
-	p.mu.Lock()
-	p.paused = make(chan struct{})
-	p.mu.Unlock()
-}
-
-func (p *pausable) resume() {
-	p.mu.Lock()
-	close(p.paused)
-	p.paused = nil
-	p.mu.Unlock()
 }
 
 // TestClaimTakenFromAPausedGateway: a gateway's claim of its ID and

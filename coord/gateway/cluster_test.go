@@ -46,10 +46,25 @@ type testCluster struct {
 	appConfig coord.Config
 	cancels   []context.CancelFunc
 	errs      []chan error
-	client    *node.Client
-	notes     atomic.Int64 // notifications the gateway's identity got
-	gw        *gateway.Server
-	addr      string // the gateway's
+	// gateways, if above 1, is how many gateways share the cluster's
+	// client identities out, each a range of its own, as coord keygen
+	// -gateways gives them; each runs on a bft client of its own.
+	gateways int
+	gws      []*testGateway
+	// client, gw and addr are the first gateway's, as it started.
+	client *node.Client
+	notes  atomic.Int64 // notifications the gateways' identities got
+	gw     *gateway.Server
+	addr   string
+}
+
+// testGateway is one of the cluster's gateways: its identities, the
+// address it serves, and while it runs its bft client and server.
+type testGateway struct {
+	ids    []bft.ClientID
+	addr   string
+	client *node.Client
+	gw     *gateway.Server
 }
 
 func newTestCluster(t *testing.T) *testCluster {
@@ -90,16 +105,32 @@ func newClusterOver(t *testing.T, network, host string, wrap func(i int, app *co
 	}
 	t.Cleanup(tc.stop)
 
-	ids := make([]bft.ClientID, identities)
-	for i := range ids {
-		ids[i] = bft.ClientID(i)
+	ngw := max(tc.gateways, 1)
+	for g := range ngw {
+		tg := &testGateway{addr: "127.0.0.1:0"}
+		for id := g * identities / ngw; id < (g+1)*identities/ngw; id++ {
+			tg.ids = append(tg.ids, bft.ClientID(id))
+		}
+		tc.gws = append(tc.gws, tg)
+		if err := tc.startGateway(g, 0); err != nil {
+			t.Fatal(err)
+		}
 	}
-	// The gateway is notified as its first identity; it polls only as a
-	// safety net, so rarely that the tests see events only if the
-	// notifications work.
+	tc.client, tc.gw, tc.addr = tc.gws[0].client, tc.gws[0].gw, tc.gws[0].addr
+	return tc
+}
+
+// startGateway starts gateway g on a new bft client, as coord gateway
+// does: it claims its ID (its first identity, which the replicas notify)
+// and its identities, waiting up to claimWait for the claim of a gateway
+// that stopped to lapse, and serves on its address (a new loopback port
+// the first time). It polls only as a safety net, so rarely that the
+// tests see events only if the notifications work.
+func (tc *testCluster) startGateway(g int, claimWait time.Duration) error {
+	tg := tc.gws[g]
 	var gw atomic.Pointer[gateway.Server]
-	tc.client, err = node.NewClient(context.Background(), node.ClientConfig{
-		Cluster: cl, IDs: ids, Network: network, Tick: testTick,
+	client, err := node.NewClient(context.Background(), node.ClientConfig{
+		Cluster: tc.cl, IDs: tg.ids, Network: tc.network, Tick: testTick,
 		RedialMin: 5 * time.Millisecond, RedialMax: 100 * time.Millisecond,
 		OnNote: func(_ bft.ClientID, n bft.Note) {
 			tc.notes.Add(1)
@@ -109,20 +140,41 @@ func newClusterOver(t *testing.T, network, host string, wrap func(i int, app *co
 		},
 	})
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	tc.gw, err = gateway.New(gateway.Config{Invoker: tc.client, ID: int64(ids[0]), Notified: true, PollInterval: time.Hour})
+	s, err := gateway.New(gateway.Config{Invoker: client, ID: int64(tg.ids[0]), Notified: true, Identities: tg.ids,
+		ClaimWait: claimWait, PollInterval: time.Hour})
 	if err != nil {
-		t.Fatal(err)
+		client.Close()
+		return err
 	}
-	gw.Store(tc.gw)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	gw.Store(s)
+	ln, err := net.Listen("tcp", tg.addr)
 	if err != nil {
-		t.Fatal(err)
+		s.Close()
+		client.Close()
+		return err
 	}
-	tc.addr = ln.Addr().String()
-	go tc.gw.Serve(ln)
-	return tc
+	tc.mu.Lock()
+	tg.addr, tg.client, tg.gw = ln.Addr().String(), client, s
+	tc.mu.Unlock()
+	go s.Serve(ln)
+	return nil
+}
+
+// killGateway stops gateway g as its process dying would: its clients'
+// connections and its links to the replicas close, and its claim stays
+// on the replicas until it lapses.
+func (tc *testCluster) killGateway(g int) {
+	tc.mu.Lock()
+	tg := tc.gws[g]
+	s, client := tg.gw, tg.client
+	tg.gw, tg.client = nil, nil
+	tc.mu.Unlock()
+	if s != nil {
+		s.Close()
+		client.Close()
+	}
 }
 
 // serveGateway starts another gateway, with cfg and, unless cfg names
@@ -243,8 +295,9 @@ func (tc *testCluster) checkSameState() {
 }
 
 func (tc *testCluster) stop() {
-	tc.gw.Close()
-	tc.client.Close()
+	for g := range tc.gws {
+		tc.killGateway(g)
+	}
 	for i := range tc.cancels {
 		tc.crash(i)
 	}
@@ -284,6 +337,49 @@ func (tc *testCluster) session(c *zk.Conn, events <-chan zk.Event, err error) *z
 			tc.t.Fatal("no session after 10s")
 		}
 	}
+}
+
+// trackedSession is a ZooKeeper session and what its session events
+// told: through which servers it was established, and whether it was
+// told that it expired.
+type trackedSession struct {
+	*zk.Conn
+	id      int64 // the session's, once it opened
+	expired atomic.Bool
+	mu      sync.Mutex
+	servers map[string]int // how often the session was established through each server
+}
+
+// trackSession opens a ZooKeeper session with the servers listed, as
+// its client would, and waits for it.
+func (tc *testCluster) trackSession(servers []string, timeout time.Duration) *trackedSession {
+	tc.t.Helper()
+	s := &trackedSession{servers: map[string]int{}}
+	connected := make(chan struct{})
+	c, _, err := zk.Connect(servers, timeout, zk.WithLogger(quietLogger{}), zk.WithEventCallback(func(ev zk.Event) {
+		switch ev.State {
+		case zk.StateHasSession:
+			s.mu.Lock()
+			if len(s.servers) == 0 {
+				close(connected)
+			}
+			s.servers[ev.Server]++
+			s.mu.Unlock()
+		case zk.StateExpired:
+			s.expired.Store(true)
+		}
+	}))
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	tc.t.Cleanup(c.Close)
+	select {
+	case <-connected:
+	case <-time.After(10 * time.Second):
+		tc.t.Fatal("no session after 10s")
+	}
+	s.Conn, s.id = c, c.SessionID()
+	return s
 }
 
 // TestOpSizeFitsTheWire holds coord.MaxOpSize to the bft wire format's

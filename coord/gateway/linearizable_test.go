@@ -272,115 +272,141 @@ func TestLinearizable(t *testing.T) { linearizable(t, newTestCluster(t)) }
 // linearizable is TestLinearizable on the cluster tc.
 func linearizable(t *testing.T, tc *testCluster) {
 	const clients, opsPerClient = 5, 80
-	paths := []string{"/lin-a", "/lin-b", "/lin-k"}
 	var cut cutter
 	conns := make([]*zk.Conn, clients)
 	for i := range conns {
 		conns[i] = tc.session(zk.Connect([]string{tc.addr}, 10*time.Second, zk.WithLogger(quietLogger{}), zk.WithDialer(cut.dial)))
 	}
-
-	start := time.Now()
-	now := func() int64 { return int64(time.Since(start)) }
-	var mu sync.Mutex
-	var hist []znodeOp
-	record := func(op znodeOp) {
-		mu.Lock()
-		hist = append(hist, op)
-		mu.Unlock()
-	}
-	// run does one operation on c and records it; it returns the version
-	// it saw the node at, or -1.
-	run := func(client int, c *zk.Conn, in znodeInput) int32 {
-		op := znodeOp{client: client, in: in, call: now()}
-		var err error
-		switch in.kind {
-		case zGet:
-			var data []byte
-			var st *zk.Stat
-			if data, st, err = c.Get(in.path); err == nil {
-				op.out.data, op.out.version = string(data), st.Version
-			}
-		case zSet:
-			var st *zk.Stat
-			if st, err = c.Set(in.path, []byte(in.data), in.version); err == nil {
-				op.out.version = st.Version
-			}
-		case zCreate:
-			_, err = c.Create(in.path, []byte(in.data), 0, open)
-		case zDelete:
-			err = c.Delete(in.path, -1)
-		case zMulti:
-			var res []zk.MultiResponse
-			res, err = c.Multi(&zk.CheckVersionRequest{Path: in.path, Version: in.version},
-				&zk.SetDataRequest{Path: in.path, Data: []byte(in.data), Version: -1})
-			if err == nil {
-				op.out.version = res[1].Stat.Version
-			}
-		}
-		op.ret = now()
-		if op.out.status = znodeResult(err); op.out.status == zUnknown {
-			op.ret = -1
-			if in.kind == zGet {
-				return -1 // a read of unknown outcome says nothing
-			}
-		}
-		record(op)
-		if op.out.status == zOK && in.kind != zCreate && in.kind != zDelete {
-			return op.out.version
-		}
-		return -1
-	}
-
-	for _, p := range paths[:2] {
-		run(0, conns[0], znodeInput{kind: zCreate, path: p, data: p + "-init"})
-	}
-	var done atomic.Int64
+	h := newZnodeHistory(conns[0])
 	var wg sync.WaitGroup
 	for i, c := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(1, uint64(i)))
-			seen := map[string]int32{}
-			for n := range opsPerClient {
-				p := paths[rng.IntN(len(paths))]
-				in := znodeInput{path: p, data: fmt.Sprintf("c%d-%d", i, n), version: -1}
-				switch r := rng.IntN(10); {
-				case r < 4:
-					in.kind = zGet
-				case r < 6:
-					in.kind = zSet
-				case r < 7:
-					in.kind = zSet
-					in.version = seen[p]
-				case r < 8:
-					in.kind = zMulti
-					in.version = seen[p]
-				case p == paths[2] && r < 9:
-					in.kind = zCreate
-				case p == paths[2]:
-					in.kind = zDelete
-				default:
-					in.kind = zGet
-				}
-				if v := run(i, c, in); v >= 0 {
-					seen[p] = v
-				}
-				done.Add(1)
-			}
-		}()
+		wg.Go(func() { h.client(i, c, func(n int) bool { return n < opsPerClient }) })
 	}
 	const total = clients * opsPerClient
-	waitFor(t, 20*time.Second, "a third of the operations", func() bool { return done.Load() >= total/3 })
+	waitFor(t, 20*time.Second, "a third of the operations", func() bool { return h.done.Load() >= total/3 })
 	tc.crash(0) // the primary of view 0
 	cut.cut()
-	waitFor(t, 20*time.Second, "two thirds of the operations", func() bool { return done.Load() >= 2*total/3 })
+	waitFor(t, 20*time.Second, "two thirds of the operations", func() bool { return h.done.Load() >= 2*total/3 })
 	tc.restart(0)
 	wg.Wait()
 
 	if v := tc.reps[1].Status().View; v == 0 {
 		t.Fatal("no view change after the primary crashed")
 	}
+	h.check(t)
+}
+
+// znodePaths are the znodes of a history: setData and multi run on the
+// first two, which exist from the start; create and delete on the last.
+var znodePaths = []string{"/lin-a", "/lin-b", "/lin-k"}
+
+// znodeHistory runs the operations of a linearizability test and records
+// them, timed from its start.
+type znodeHistory struct {
+	start time.Time
+	done  atomic.Int64 // operations done, recorded or not
+	mu    sync.Mutex
+	ops   []znodeOp
+}
+
+// newZnodeHistory starts a history, creating the znodes it needs through
+// c (the history's first operations, of client 0).
+func newZnodeHistory(c *zk.Conn) *znodeHistory {
+	h := &znodeHistory{start: time.Now()}
+	for _, p := range znodePaths[:2] {
+		h.run(0, c, znodeInput{kind: zCreate, path: p, data: p + "-init"})
+	}
+	return h
+}
+
+func (h *znodeHistory) now() int64 { return int64(time.Since(h.start)) }
+
+// run does one operation on c and records it; it returns the version it
+// saw the node at, or -1.
+func (h *znodeHistory) run(client int, c *zk.Conn, in znodeInput) int32 {
+	op := znodeOp{client: client, in: in, call: h.now()}
+	var err error
+	switch in.kind {
+	case zGet:
+		var data []byte
+		var st *zk.Stat
+		if data, st, err = c.Get(in.path); err == nil {
+			op.out.data, op.out.version = string(data), st.Version
+		}
+	case zSet:
+		var st *zk.Stat
+		if st, err = c.Set(in.path, []byte(in.data), in.version); err == nil {
+			op.out.version = st.Version
+		}
+	case zCreate:
+		_, err = c.Create(in.path, []byte(in.data), 0, open)
+	case zDelete:
+		err = c.Delete(in.path, -1)
+	case zMulti:
+		var res []zk.MultiResponse
+		res, err = c.Multi(&zk.CheckVersionRequest{Path: in.path, Version: in.version},
+			&zk.SetDataRequest{Path: in.path, Data: []byte(in.data), Version: -1})
+		if err == nil {
+			op.out.version = res[1].Stat.Version
+		}
+	}
+	op.ret = h.now()
+	if op.out.status = znodeResult(err); op.out.status == zUnknown {
+		op.ret = -1
+		if in.kind == zGet {
+			return -1 // a read of unknown outcome says nothing
+		}
+	}
+	h.mu.Lock()
+	h.ops = append(h.ops, op)
+	h.mu.Unlock()
+	if op.out.status == zOK && in.kind != zCreate && in.kind != zDelete {
+		return op.out.version
+	}
+	return -1
+}
+
+// client runs client i's operations on c, chosen at random, while more
+// says so of the number done. Every write's data is unique, and tells
+// the truth (which a coordtest.Liar would falsify).
+func (h *znodeHistory) client(i int, c *zk.Conn, more func(n int) bool) {
+	rng := rand.New(rand.NewPCG(1, uint64(i)))
+	seen := map[string]int32{}
+	for n := 0; more(n); n++ {
+		p := znodePaths[rng.IntN(len(znodePaths))]
+		in := znodeInput{path: p, data: fmt.Sprintf("truth-c%d-%d", i, n), version: -1}
+		switch r := rng.IntN(10); {
+		case r < 4:
+			in.kind = zGet
+		case r < 6:
+			in.kind = zSet
+		case r < 7:
+			in.kind = zSet
+			in.version = seen[p]
+		case r < 8:
+			in.kind = zMulti
+			in.version = seen[p]
+		case p == znodePaths[2] && r < 9:
+			in.kind = zCreate
+		case p == znodePaths[2]:
+			in.kind = zDelete
+		default:
+			in.kind = zGet
+		}
+		if v := h.run(i, c, in); v >= 0 {
+			seen[p] = v
+		}
+		h.done.Add(1)
+	}
+}
+
+// check fails t unless every kind of operation succeeded, a version
+// check failed, and the history is linearizable.
+func (h *znodeHistory) check(t *testing.T) {
+	t.Helper()
+	h.mu.Lock()
+	hist := slices.Clone(h.ops)
+	h.mu.Unlock()
 	var counts [len(znodeKindNames)][len(znodeStatusNames)]int
 	for _, op := range hist {
 		counts[op.in.kind][op.out.status]++
@@ -394,8 +420,9 @@ func linearizable(t *testing.T, tc *testCluster) {
 	if counts[zSet][zBadVersion]+counts[zMulti][zBadVersion] == 0 {
 		t.Error("no version check failed")
 	}
+	checked := time.Now()
 	if err := checkZnodeHistory(hist, ""); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("linearizable: %d operations in %v", len(hist), time.Since(start).Round(time.Millisecond))
+	t.Logf("linearizable: %d operations in %v, checked in %v", len(hist), checked.Sub(h.start).Round(time.Millisecond), time.Since(checked).Round(time.Millisecond))
 }
