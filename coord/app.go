@@ -123,6 +123,7 @@ type App struct {
 type session struct {
 	id      int64
 	gateway int64  // the gateway that last connected it
+	conn    int32  // its connects so far: the current connection's number
 	events  []byte // watch event frames not yet collected
 	lost    bool   // events were dropped since the last collection
 }
@@ -278,7 +279,7 @@ func (a *App) Query(_ bft.QueryContext, b []byte) []byte {
 		return order
 	}
 	s := a.sessions[o.session]
-	if s == nil || s.gateway != o.gateway || len(s.events) > 0 || s.lost {
+	if s == nil || s.gateway != o.gateway || s.conn != o.conn || len(s.events) > 0 || s.lost {
 		return order
 	}
 	r := a.run(o.session, 0, hdr, body)
@@ -383,8 +384,8 @@ func (a *App) connect(o op, now int64) ConnectResult {
 		if err != nil {
 			return ConnectResult{Status: StatusClose}
 		}
-		a.sessions[id] = &session{id: id, gateway: o.gateway}
-		return ConnectResult{Status: StatusOK, Session: id, Timeout: timeout}
+		a.sessions[id] = &session{id: id, gateway: o.gateway, conn: 1}
+		return ConnectResult{Status: StatusOK, Session: id, Timeout: timeout, Conn: 1}
 	}
 	s := a.sessions[o.session]
 	if s == nil {
@@ -399,8 +400,9 @@ func (a *App) connect(o op, now int64) ConnectResult {
 	// sends its watches again (setWatches), and those whose node changed
 	// since the last zxid it saw fire then: queued, they would fire twice.
 	s.gateway = o.gateway
+	s.conn++
 	a.clear(s)
-	return ConnectResult{Status: StatusOK, Session: o.session, Timeout: timeout}
+	return ConnectResult{Status: StatusOK, Session: o.session, Timeout: timeout, Conn: s.conn}
 }
 
 func (a *App) request(o op, now int64) []byte {
@@ -413,7 +415,10 @@ func (a *App) request(o op, now int64) []byte {
 		frames := a.reply(nil, hdr, proto.CodeSessionExpired, nil)
 		return appendSessionResult(nil, StatusExpired, frames)
 	}
-	if s.gateway != o.gateway {
+	if s.gateway != o.gateway || s.conn != o.conn {
+		// Another gateway took the session over, or the client connected
+		// again: this request's connection is gone, and its client gave
+		// up on it (TestStaleConnectionRefused).
 		frames := a.reply(nil, hdr, proto.CodeSessionMoved, nil)
 		return appendSessionResult(nil, StatusClose, frames)
 	}

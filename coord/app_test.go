@@ -17,14 +17,15 @@ import (
 // harness runs ops on several Apps in the same order, as replicas do, and
 // checks that they answer alike.
 type harness struct {
-	t    *testing.T
-	apps []*coord.App
-	seq  uint64
-	now  time.Time
+	t     *testing.T
+	apps  []*coord.App
+	seq   uint64
+	now   time.Time
+	conns map[int64]int32 // each session's connection number, from its last connect
 }
 
 func newHarness(t *testing.T, n int) *harness {
-	h := &harness{t: t, now: time.UnixMilli(1_700_000_000_000)}
+	h := &harness{t: t, now: time.UnixMilli(1_700_000_000_000), conns: make(map[int64]int32)}
 	for range n {
 		h.apps = append(h.apps, coord.New(coord.Config{}))
 	}
@@ -58,8 +59,14 @@ func (h *harness) connect(session int64, passwd string, timeout int32) coord.Con
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	if r.Status == coord.StatusOK {
+		h.conns[r.Session] = r.Conn
+	}
 	return r
 }
+
+// conn is the number of session's connection, as its last connect gave.
+func (h *harness) conn(session int64) int32 { return h.conns[session] }
 
 // reply is one decoded frame of a result.
 type reply struct {
@@ -106,7 +113,7 @@ func (h *harness) do(session int64, xid int32, op proto.OpCode, req proto.Record
 	h.t.Helper()
 	frame := proto.Marshal(nil, &proto.RequestHeader{Xid: xid, Type: op})
 	frame = proto.Marshal(frame, req)
-	res, err := coord.ParseRequestResult(h.exec(coord.RequestOp(gw, session, frame)))
+	res, err := coord.ParseRequestResult(h.exec(coord.RequestOp(gw, session, h.conn(session), frame)))
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -409,13 +416,13 @@ func TestMalformedAndMoved(t *testing.T) {
 	}
 	bad := proto.Marshal(nil, &proto.RequestHeader{Xid: 1, Type: proto.OpCreate})
 	bad = append(bad, 0, 0, 0, 9, 'x')
-	res, _ = coord.ParseRequestResult(h.exec(coord.RequestOp(gw, a, bad)))
+	res, _ = coord.ParseRequestResult(h.exec(coord.RequestOp(gw, a, h.conn(a), bad)))
 	if res.Status != coord.StatusMalformed || len(res.Frames) != 0 {
 		t.Fatalf("malformed request: %+v", res)
 	}
 	frame := proto.Marshal(nil, &proto.RequestHeader{Xid: 2, Type: proto.OpGetData})
 	frame = proto.Marshal(frame, &proto.GetDataRequest{Path: "/"})
-	res, _ = coord.ParseRequestResult(h.exec(coord.RequestOp(gw+1, a, frame)))
+	res, _ = coord.ParseRequestResult(h.exec(coord.RequestOp(gw+1, a, h.conn(a), frame)))
 	fs := frames(t, res.Frames, proto.OpGetData)
 	if res.Status != coord.StatusClose || len(fs) != 1 || fs[0].hdr.Err != proto.CodeSessionMoved {
 		t.Fatalf("request from another gateway: %+v", res)
@@ -423,6 +430,46 @@ func TestMalformedAndMoved(t *testing.T) {
 	rs, _ := coord.ParsePollResult(h.exec(coord.PollOp(gw+1, []int64{a})))
 	if rs[0].Status != coord.StatusClose {
 		t.Fatalf("poll from another gateway: %v", rs[0].Status)
+	}
+}
+
+// TestStaleConnectionRefused: a request the client sent on a connection
+// that broke (its outcome unknown to it) must not be ordered after the
+// requests of the session's next connection, through the same gateway,
+// whatever order a lying primary proposes: it is refused as from a moved
+// session, ordered or read-only.
+func TestStaleConnectionRefused(t *testing.T) {
+	h := newHarness(t, 2)
+	a := h.connect(0, "a", 10000).Session
+	held := proto.Marshal(nil, &proto.RequestHeader{Xid: 1, Type: proto.OpCreate})
+	held = proto.Marshal(held, &proto.CreateRequest{Path: "/late", ACL: proto.OpenACL})
+	heldOp := coord.RequestOp(gw, a, h.conn(a), held)
+	read := proto.Marshal(nil, &proto.RequestHeader{Xid: 2, Type: proto.OpGetData})
+	read = proto.Marshal(read, &proto.GetDataRequest{Path: "/"})
+	readOp := coord.RequestOp(gw, a, h.conn(a), read)
+
+	if r := h.connect(a, "a", 10000); r.Status != coord.StatusOK || r.Session != a || r.Conn != 2 {
+		t.Fatalf("reconnect: %+v", r)
+	}
+	if _, _, r := h.do(a, 1, proto.OpCreate, &proto.CreateRequest{Path: "/next", ACL: proto.OpenACL}); r.hdr.Err != proto.CodeOK {
+		t.Fatalf("create on the new connection: %v", r.hdr.Err)
+	}
+	res, err := coord.ParseRequestResult(h.exec(heldOp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := frames(t, res.Frames, proto.OpCreate)
+	if res.Status != coord.StatusClose || len(fs) != 1 || fs[0].hdr.Err != proto.CodeSessionMoved {
+		t.Fatalf("the old connection's request, ordered after the new one's: %+v", res)
+	}
+	if _, _, r := h.do(a, 2, proto.OpExists, &proto.ExistsRequest{Path: "/late"}); r.hdr.Err != proto.CodeNoNode {
+		t.Fatalf("the old connection's create took effect: %v", r.hdr.Err)
+	}
+	for i, app := range h.apps {
+		res, err := coord.ParseRequestResult(app.Query(bft.QueryContext{}, readOp))
+		if err != nil || res.Status != coord.StatusOrder {
+			t.Fatalf("app %d answered the old connection's read without ordering it: %+v %v", i, res, err)
+		}
 	}
 }
 
@@ -451,16 +498,14 @@ func TestSnapshotRestore(t *testing.T) {
 	}
 	h.do(a, 3, proto.OpDelete, &proto.DeleteRequest{Path: "/n", Version: -1})
 
-	// Version 1 lacked the agreed time of the last op, after the version
-	// and the times of the next expiry look and sweep, and the claims
-	// (here none: a count of 0) at the end.
-	v1 := append([]byte{0, 0, 0, 1}, snap[4:20]...)
-	v1 = append(v1, snap[28:len(snap)-4]...)
+	// Version 1 lacked the agreed time of the last op, the sessions'
+	// connection numbers and the claims (here none).
+	v1 := snapshotV1(t, snap)
 	old := coord.New(coord.Config{})
 	if err := old.Restore(v1); err != nil {
 		t.Fatalf("restoring a version 1 snapshot: %v", err)
 	}
-	if got := old.Snapshot(); !bytes.Equal(got[28:], snap[28:]) || !bytes.Equal(got[20:28], make([]byte, 8)) {
+	if got := snapshotV1(t, old.Snapshot()); !bytes.Equal(got, v1) {
 		t.Fatal("a version 1 snapshot restored differs")
 	}
 
@@ -547,6 +592,34 @@ func TestEventQueueBounds(t *testing.T) {
 	}
 }
 
+// snapshotV1 writes snap, a snapshot without claims, as version 1 did:
+// without the agreed time of the last op, the sessions' connection
+// numbers and the claims.
+func snapshotV1(t *testing.T, snap []byte) []byte {
+	t.Helper()
+	d := proto.NewDecoder(snap)
+	e := proto.NewEncoder(nil)
+	d.Int32()
+	e.Int32(1)
+	e.Int64(d.Int64()) // the next expiry look
+	e.Int64(d.Int64()) // and sweep
+	d.Int64()          // the last op's agreed time
+	n := d.Int32()
+	e.Int32(n)
+	for range n {
+		e.Int64(d.Int64()) // id
+		e.Int64(d.Int64()) // gateway
+		d.Int32()          // connection number
+		e.Bool(d.Bool())
+		e.Buffer(d.Buffer())
+	}
+	e.Buffer(d.Buffer()) // the tree
+	if claims := d.Int32(); claims != 0 || d.Len() != 0 || d.Err() != nil {
+		t.Fatalf("snapshot with %d claims, %d bytes more: %v", claims, d.Len(), d.Err())
+	}
+	return e.Bytes()
+}
+
 // TestQuery checks the read-only path: a read answers as the ordered
 // request would, changes nothing, and anything else, or a session with
 // events waiting, is sent back to be ordered.
@@ -559,7 +632,7 @@ func TestQuery(t *testing.T) {
 	query := func(gateway, session int64, xid int32, op proto.OpCode, req proto.Record) coord.SessionResult {
 		frame := proto.Marshal(proto.Marshal(nil, &proto.RequestHeader{Xid: xid, Type: op}), req)
 		before := app.Snapshot()
-		res, err := coord.ParseRequestResult(app.Query(bft.QueryContext{}, coord.RequestOp(gateway, session, frame)))
+		res, err := coord.ParseRequestResult(app.Query(bft.QueryContext{}, coord.RequestOp(gateway, session, h.conn(session), frame)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -653,7 +726,7 @@ func TestResultsWithinMaxOpSize(t *testing.T) {
 		h.do(w, int32(302+i), proto.OpSetData, &proto.SetDataRequest{Path: path, Version: -1})
 	}
 	frame := proto.Marshal(proto.Marshal(nil, &proto.RequestHeader{Xid: 9, Type: proto.OpGetData}), &proto.GetDataRequest{Path: "/big"})
-	res = h.exec(coord.RequestOp(gw, watchers[0], frame))
+	res = h.exec(coord.RequestOp(gw, watchers[0], h.conn(watchers[0]), frame))
 	if len(res) > coord.MaxOpSize {
 		t.Fatalf("a request result of %d bytes", len(res))
 	}
@@ -683,7 +756,7 @@ func TestStatsOp(t *testing.T) {
 	frame := proto.Marshal(nil, &proto.RequestHeader{Xid: 1, Type: proto.OpCreate})
 	frame = proto.Marshal(frame, &proto.CreateRequest{Path: "/e", Data: []byte("abc"), ACL: proto.OpenACL, Flags: proto.ModeEphemeral})
 	ctx.Seq++
-	a.Execute(ctx, coord.RequestOp(1, 1, frame))
+	a.Execute(ctx, coord.RequestOp(1, 1, 1, frame))
 	before := a.Snapshot()
 	q := a.Query(bft.QueryContext{}, coord.StatsOp(1))
 	if !bytes.Equal(a.Snapshot(), before) {

@@ -24,7 +24,7 @@ func Example() {
 	frame := proto.Marshal(nil, &proto.RequestHeader{Xid: 1, Type: proto.OpCreate})
 	frame = proto.Marshal(frame, &proto.CreateRequest{Path: "/service/lock-", ACL: proto.OpenACL, Flags: proto.ModeEphemeralSequential})
 	ctx.Seq++
-	res, _ := coord.ParseRequestResult(app.Execute(ctx, coord.RequestOp(gateway, c.Session, frame)))
+	res, _ := coord.ParseRequestResult(app.Execute(ctx, coord.RequestOp(gateway, c.Session, c.Conn, frame)))
 
 	reply, _ := proto.ReadFrame(bytes.NewReader(res.Frames), nil)
 	hdr, _, _ := proto.SplitReply(reply)
@@ -33,7 +33,7 @@ func Example() {
 	frame = proto.Marshal(nil, &proto.RequestHeader{Xid: 2, Type: proto.OpCreate})
 	frame = proto.Marshal(frame, &proto.CreateRequest{Path: "/service", ACL: proto.OpenACL})
 	ctx.Seq++
-	res, _ = coord.ParseRequestResult(app.Execute(ctx, coord.RequestOp(gateway, c.Session, frame)))
+	res, _ = coord.ParseRequestResult(app.Execute(ctx, coord.RequestOp(gateway, c.Session, c.Conn, frame)))
 	reply, _ = proto.ReadFrame(bytes.NewReader(res.Frames), nil)
 	hdr, body, _ := proto.SplitReply(reply)
 	created, _ := proto.DecodeResponse(proto.OpCreate, body)

@@ -16,7 +16,7 @@ import (
 func FuzzExecute(f *testing.F) {
 	req := func(op proto.OpCode, r proto.Record) []byte {
 		frame := proto.Marshal(nil, &proto.RequestHeader{Xid: 1, Type: op})
-		return coord.RequestOp(1, 1, proto.Marshal(frame, r))
+		return coord.RequestOp(1, 1, 1, proto.Marshal(frame, r))
 	}
 	f.Add(req(proto.OpCreate, &proto.CreateRequest{Path: "/a", Data: []byte("x"), ACL: proto.OpenACL, Flags: proto.ModeEphemeralSequential}))
 	f.Add(req(proto.OpMulti, &proto.MultiRequest{Ops: []proto.MultiOp{{Type: proto.OpCheck, Request: &proto.CheckVersionRequest{Path: "/", Version: 1}}}}))

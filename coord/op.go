@@ -123,12 +123,18 @@ func SealAuth(a *proto.AuthPacket, host string) {
 
 // RequestOp is the op that runs one ZooKeeper request of session: frame
 // is the request as its client sent it, the header and body without the
-// length prefix, but for an auth packet, which SealAuth has changed.
-func RequestOp(gateway, session int64, frame []byte) []byte {
-	e := proto.NewEncoder(make([]byte, 0, 24+len(frame)))
+// length prefix, but for an auth packet, which SealAuth has changed. conn
+// is the connection's number (ConnectResult.Conn): a request of an
+// earlier connection of the session is refused (ZooKeeper's session
+// moved), so that one the client gave up on when its connection broke
+// can never be ordered after those of its next connection, whatever order
+// a lying primary proposes.
+func RequestOp(gateway, session int64, conn int32, frame []byte) []byte {
+	e := proto.NewEncoder(make([]byte, 0, 28+len(frame)))
 	e.Int32(kindRequest)
 	e.Int64(gateway)
 	e.Int64(session)
+	e.Int32(conn)
 	e.Buffer(frame)
 	return e.Bytes()
 }
@@ -152,6 +158,7 @@ type op struct {
 	gateway  int64
 	session  int64
 	timeout  int32
+	conn     int32  // kindRequest: the connection's number
 	passwd   []byte // kindConnect: tree.HashPassword of the password
 	frame    []byte
 	sessions []int64
@@ -172,6 +179,7 @@ func decodeOp(b []byte) (op, error) {
 		o.passwd = d.Buffer()
 	case kindRequest:
 		o.session = d.Int64()
+		o.conn = d.Int32()
 		o.frame = d.Buffer()
 	case kindPoll:
 		n := d.Int32()
@@ -201,12 +209,16 @@ type ConnectResult struct {
 	Status  Status
 	Session int64 // the session, new or resumed; 0 unless Status is StatusOK
 	Timeout int32 // the negotiated timeout in milliseconds
+	// Conn numbers the connection among the session's connects; the
+	// connection's RequestOps carry it, and the App refuses those of an
+	// earlier connection (see RequestOp).
+	Conn int32
 }
 
 // ParseConnectResult decodes the result of a ConnectOp.
 func ParseConnectResult(b []byte) (ConnectResult, error) {
 	d := proto.NewDecoder(b)
-	r := ConnectResult{Status: Status(d.Int32()), Session: d.Int64(), Timeout: d.Int32()}
+	r := ConnectResult{Status: Status(d.Int32()), Session: d.Int64(), Timeout: d.Int32(), Conn: d.Int32()}
 	return r, finish(d, "connect")
 }
 
@@ -215,6 +227,7 @@ func appendConnectResult(b []byte, r ConnectResult) []byte {
 	e.Int32(int32(r.Status))
 	e.Int64(r.Session)
 	e.Int32(r.Timeout)
+	e.Int32(r.Conn)
 	return e.Bytes()
 }
 

@@ -11,9 +11,10 @@ import (
 )
 
 // snapshotVersion starts every snapshot. Version 1 lacked the agreed
-// time of the last op, and versions 1 and 2 the gateways' claims; Restore
-// still reads them.
-const snapshotVersion int32 = 3
+// time of the last op, versions 1 and 2 the gateways' claims, and
+// versions 1 to 3 the sessions' connection numbers; Restore still reads
+// them.
+const snapshotVersion int32 = 4
 
 // ErrSnapshot is wrapped by the errors of Restore.
 var ErrSnapshot = errors.New("coord: bad snapshot")
@@ -34,6 +35,7 @@ func (a *App) Snapshot() []byte {
 		s := a.sessions[id]
 		e.Int64(id)
 		e.Int64(s.gateway)
+		e.Int32(s.conn)
 		e.Bool(s.lost)
 		e.Buffer(s.events)
 	}
@@ -76,7 +78,11 @@ func (a *App) Restore(b []byte) error {
 	last, queued := int64(0), 0
 	for i := range n {
 		id := d.Int64()
-		s := &session{id: id, gateway: d.Int64(), lost: d.Bool(), events: d.Buffer()}
+		s := &session{id: id, gateway: d.Int64()}
+		if v >= 4 {
+			s.conn = d.Int32()
+		}
+		s.lost, s.events = d.Bool(), d.Buffer()
 		if d.Err() != nil {
 			break
 		}

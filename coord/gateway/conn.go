@@ -36,8 +36,9 @@ type conn struct {
 	lastResp    atomic.Int64
 
 	// Set by the handshake, before the session is bound; read-only after.
-	session int64
-	timeout time.Duration
+	session     int64
+	sessionConn int32 // the connection's number among the session's (coord.ConnectResult.Conn)
+	timeout     time.Duration
 	// counted says the connection counts in Server.hostSessions; under
 	// Server.mu.
 	counted bool
@@ -180,7 +181,7 @@ func (c *conn) handshake() error {
 	if r.Status != coord.StatusOK {
 		return fmt.Errorf("connect to session %#x: %v", req.SessionID, r.Status)
 	}
-	c.session, c.timeout = r.Session, time.Duration(r.Timeout)*time.Millisecond
+	c.session, c.sessionConn, c.timeout = r.Session, r.Conn, time.Duration(r.Timeout)*time.Millisecond
 	c.touched.Store(start.UnixNano())
 	if !c.srv.bind(c) {
 		return ErrClosed
@@ -336,7 +337,7 @@ func (c *conn) run(req request) (coord.SessionResult, error) {
 		b, err := proto.AppendReply(nil, proto.ReplyHeader{Xid: req.hdr.Xid, Zxid: c.lastZxid.Load(), Err: proto.CodeMarshallingError}, req.hdr.Type, nil)
 		return coord.SessionResult{Status: coord.StatusOK, Frames: b}, err
 	}
-	op := coord.RequestOp(cfg.ID, c.session, req.frame)
+	op := coord.RequestOp(cfg.ID, c.session, c.sessionConn, req.frame)
 	if req.readOnly {
 		res, err := cfg.Invoker.InvokeRead(c.srv.ctx, op)
 		if err != nil {
