@@ -20,10 +20,12 @@
 // cluster file's address and AtomicBroadcast on -listen (default: the
 // channel file's address; port 0 picks a free one). Once both listen it
 // prints "orderer I listening on ADDR, broadcast on ADDR". With -data-dir
-// its replica persists its log and snapshots there; the blocks it
-// delivers are kept in memory (the on-disk ledger is not part of this
-// command yet), and an orderer restarted on its data directory fetches
-// the blocks it lost from the other orderers' AtomicBroadcast addresses
+// its replica persists its log and snapshots there, and its blocks in
+// the ledger DIR/blocks (package order/ledger), synced before Deliver
+// serves them; restarted on its data directory, an orderer serves the
+// chain its ledger holds at once, and fetches the blocks it lacks (lost
+// in a crash before a sync, or finalized while it was down) from the
+// other orderers' AtomicBroadcast addresses
 // in the channel file, checking each by its signatures and hashes. With
 // -metrics-addr it serves Prometheus metrics at http://ADDR/metrics: the
 // ordering service's (rubin_order_*, see package order/server), its
