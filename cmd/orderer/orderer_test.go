@@ -103,3 +103,20 @@ func TestDemo(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchQuick runs orderer bench -quick, a little longer so that
+// its steady window holds blocks under the race detector too, and checks
+// that it reports what issue 25 asks for. It judges no figure: the
+// bench measures, tests do not.
+func TestBenchQuick(t *testing.T) {
+	code, stdout, stderr := runCmd(t, "bench", "-quick", "-duration", "6s", "-warmup", "1s")
+	if code != cli.ExitOK {
+		t.Fatalf("bench: %d\n%s%s", code, stdout, stderr)
+	}
+	for _, want := range []string{"placement: ", "ECDSA P-256 verify (Go crypto/ecdsa, median of 300): ", "bound: ", "throughput: ", "ratio to the bound: ", "broadcast to delivery: p50 "} {
+		if !strings.Contains(stdout, "\n"+want) && !strings.HasPrefix(stdout, want) {
+			t.Errorf("the bench's output lacks %q:\n%s", want, stdout)
+		}
+	}
+	t.Log(stdout)
+}
