@@ -50,6 +50,7 @@ type cluster struct {
 	writer  *ordertest.Signer
 	reader  *ordertest.Signer // a Reader, not a Writer
 	forger  *ordertest.Signer // from a CA the channel does not name
+	writers *ordertest.CA     // the Writers policy's CA
 }
 
 // startCluster runs four orderers in this process over TCP on loopback;
@@ -65,6 +66,7 @@ func startCluster(t *testing.T, bc block.Config, opts ...clusterOption) *cluster
 	readers, _ := ordertest.NewCA("Readers")
 	evil, _ := ordertest.NewCA("Evil")
 	c := &cluster{}
+	c.writers = writers
 	c.writer, _ = writers.Issue("writer", "Org1MSP")
 	c.reader, _ = readers.Issue("reader", "Org2MSP")
 	c.forger, _ = evil.Issue("forger", "Org1MSP")
@@ -869,4 +871,65 @@ func TestBroadcastClientPassesSilentOrderer(t *testing.T) {
 	if _, err := none.Submit(ctx, envs[0]); err == nil {
 		t.Fatal("Submit through an unavailable orderer only succeeded")
 	}
+}
+
+// TestCensoringPrimary: the primary of view 0, orderer 0, never
+// proposes what one writer broadcasts through orderer 1: its cluster
+// file holds a wrong key for orderer 1's client, so it takes each of
+// that client's requests for a forgery and drops it, and it keeps
+// ordering another writer's envelopes, broadcast through orderer 2,
+// meanwhile. Orderer 1's client sends each request to every replica;
+// the backups time each request they hold on its own, replace the
+// primary, and the censored writer's envelopes reach blocks, each once,
+// delivered alike by the correct orderers.
+func TestCensoringPrimary(t *testing.T) {
+	c := startCluster(t, block.Config{MaxMessageCount: 4, BatchTimeout: 50 * time.Millisecond}, func(_ *testing.T, cfg *server.OrdererConfig) {
+		if cfg.ID != 0 {
+			return
+		}
+		// Replicas is shared, so the addresses startCluster fills in
+		// later reach orderer 0 too.
+		cl := *cfg.Cluster
+		cl.Clients = append([]auth.Client(nil), cl.Clients...)
+		for i, k := range cl.Clients {
+			if k.ID == 1 {
+				keys := append([][]byte(nil), k.Keys...)
+				keys[0] = make([]byte, len(keys[0]))
+				cl.Clients[i].Keys = keys
+			}
+		}
+		cfg.Cluster = &cl
+	})
+	other, err := c.writers.Issue("other", "Org1MSP")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var censored, busy []*cb.Envelope
+	for i := range 12 {
+		censored = append(censored, mustEnvelope(t, c.writer, cb.HeaderType_ENDORSER_TRANSACTION, channel, fmt.Sprintf("censored %d", i)))
+		busy = append(busy, mustEnvelope(t, other, cb.HeaderType_ENDORSER_TRANSACTION, channel, fmt.Sprintf("busy %d", i)))
+	}
+	var wg sync.WaitGroup
+	var got [2][]*ab.BroadcastResponse
+	wg.Go(func() { got[0] = broadcast(t, c.dial(t, 1), censored) })
+	wg.Go(func() { got[1] = broadcast(t, c.dial(t, 2), busy) })
+	wg.Wait()
+	for k, rs := range got {
+		for i, r := range rs {
+			if r.Status != cb.Status_SUCCESS {
+				t.Fatalf("stream %d envelope %d: %v", k, i, r)
+			}
+		}
+	}
+	all := append(append([]*cb.Envelope{}, censored...), busy...)
+	chains := [][]*cb.Block{c.deliverUntil(t, 1, len(all)), c.deliverUntil(t, 3, len(all))}
+	if err := ordertest.CheckDelivered(chains, all, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < 4; i++ {
+		if st := c.orderers[i].Replica().Status(); st.View == 0 {
+			t.Fatalf("orderer %d is still in view 0: the censoring primary was not replaced", i)
+		}
+	}
+	t.Logf("view %d, primary orderer %d", c.orderers[1].Replica().Status().View, c.orderers[1].Replica().Status().Primary)
 }
