@@ -39,9 +39,27 @@ type benchConfig struct {
 	envs     int           // envelopes signed beforehand; 0: enough for the bound
 	dataDir  string        // "": a temporary directory
 	observe  int           // the orderer whose Deliver is observed
+	block    block.Config  // how blocks are cut; zero: Fabric's defaults
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseBench(args, stderr)
+	if err != nil {
+		return err
+	}
+	if cfg.dataDir == "" {
+		dir, err := os.MkdirTemp("", "orderer-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		cfg.dataDir = dir
+	}
+	return bench(ctx, cfg, stdout)
+}
+
+// parseBench parses orderer bench's flags.
+func parseBench(args []string, stderr io.Writer) (benchConfig, error) {
 	cfg := benchConfig{}
 	var quick bool
 	var flags *flag.FlagSet
@@ -58,7 +76,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fs.BoolVar(&quick, "quick", false, "a run of a few seconds for CI: -duration 3s -warmup 1s -verify-samples 300 -envelopes 6000, unless given")
 	})
 	if err != nil {
-		return err
+		return cfg, err
 	}
 	if quick {
 		// The flags given beside -quick stand.
@@ -79,21 +97,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	switch {
 	case cfg.streams < 1, cfg.size < 0, cfg.samples < 1, cfg.envs < 0:
-		return fmt.Errorf("%w: -streams and -verify-samples must be positive, -size and -envelopes not negative", cli.ErrUsage)
+		return cfg, fmt.Errorf("%w: -streams and -verify-samples must be positive, -size and -envelopes not negative", cli.ErrUsage)
 	case cfg.warmup < 0 || cfg.duration <= cfg.warmup:
-		return fmt.Errorf("%w: -duration %v must be longer than -warmup %v", cli.ErrUsage, cfg.duration, cfg.warmup)
+		return cfg, fmt.Errorf("%w: -duration %v must be longer than -warmup %v", cli.ErrUsage, cfg.duration, cfg.warmup)
 	case cfg.observe < 0 || cfg.observe > 3:
-		return fmt.Errorf("%w: -observe %d is not an orderer (0 to 3)", cli.ErrUsage, cfg.observe)
+		return cfg, fmt.Errorf("%w: -observe %d is not an orderer (0 to 3)", cli.ErrUsage, cfg.observe)
 	}
-	if cfg.dataDir == "" {
-		dir, err := os.MkdirTemp("", "orderer-bench-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		cfg.dataDir = dir
-	}
-	return bench(ctx, cfg, stdout)
+	return cfg, nil
 }
 
 func bench(ctx context.Context, cfg benchConfig, stdout io.Writer) (err error) {
@@ -125,14 +135,17 @@ func bench(ctx context.Context, cfg benchConfig, stdout io.Writer) (err error) {
 	}
 	fmt.Fprintf(stdout, "load: %d Broadcast streams (spread over the orderers), %d envelopes of %d data bytes (%d bytes each), signed beforehand in %v\n", cfg.streams, n, cfg.size, len(envs.raw[0]), time.Since(start).Round(time.Millisecond))
 
-	bc := block.Config{}
-	nb := bc.Normalized()
-	d, err := startDemoCluster(ctx, &rubin.Config{Transport: "tcp"}, policy, policy, bc, cfg.dataDir)
+	nb := cfg.block.Normalized()
+	batching := "default batching"
+	if cfg.block != (block.Config{}) {
+		batching = "batching"
+	}
+	d, err := startDemoCluster(ctx, &rubin.Config{Transport: "tcp"}, policy, policy, cfg.block, cfg.dataDir)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, d.stop()) }()
-	fmt.Fprintf(stdout, "cluster: four durable orderers (PBFT log and ledger in %s), TCP on loopback, default batching (MaxMessageCount %d, PreferredMaxBytes %d, BatchTimeout %v)\n", cfg.dataDir, nb.MaxMessageCount, nb.PreferredMaxBytes, nb.BatchTimeout)
+	fmt.Fprintf(stdout, "cluster: four durable orderers (PBFT log and ledger in %s), TCP on loopback, %s (MaxMessageCount %d, PreferredMaxBytes %d, BatchTimeout %v)\n", cfg.dataDir, batching, nb.MaxMessageCount, nb.PreferredMaxBytes, nb.BatchTimeout)
 	clients, closeClients, err := d.dial()
 	if err != nil {
 		return err

@@ -90,7 +90,9 @@ type Orderer struct {
 const BlocksDir = "blocks"
 
 // NewOrderer makes an orderer, recovering its replica from DataDir if
-// set. Run runs it.
+// set and opening its ledger there (see OrdererConfig.Store), whose
+// blocks it serves from the start. Run runs it, and closes that ledger
+// when it returns: an Orderer made must be Run.
 func NewOrderer(cfg OrdererConfig) (*Orderer, error) {
 	c := cfg.Cluster
 	if c == nil || int(cfg.ID) >= c.N() || cfg.Listener == nil {
