@@ -107,6 +107,15 @@ func NewOrderer(cfg OrdererConfig) (*Orderer, error) {
 	if cfg.Block.Normalized().AbsoluteMaxBytes > MaxOpSize-64 {
 		return nil, fmt.Errorf("server: AbsoluteMaxBytes %d leaves no room in an op of %d bytes", cfg.Block.AbsoluteMaxBytes, MaxOpSize)
 	}
+	// One memo per orderer, shared by its checks on receipt and at
+	// execution: an envelope it received is verified once, and every
+	// orderer verifies each envelope itself.
+	if cfg.Writers != nil {
+		cfg.Writers = cfg.Writers.Memoized()
+	}
+	if cfg.Readers != nil {
+		cfg.Readers = cfg.Readers.Memoized()
+	}
 	var led *ledger.Ledger
 	switch {
 	case cfg.Store != nil:
