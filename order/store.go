@@ -1,6 +1,7 @@
 package order
 
 import (
+	"context"
 	"fmt"
 	"sync"
 
@@ -10,7 +11,9 @@ import (
 
 // BlockStore keeps the final blocks of a chain, encoded, numbered from 0.
 // Package order/ledger's *Ledger is one, on disk; MemStore another. The
-// Chain calls it from one goroutine at a time.
+// Chain calls Append, Height and Block from one goroutine at a time, and
+// Sync from one goroutine at a time, possibly while one of the others
+// runs.
 type BlockStore interface {
 	// Append adds block number, which must equal Height().
 	Append(number uint64, block []byte) error
@@ -38,7 +41,8 @@ func (m *MemStore) Append(number uint64, block []byte) error {
 	return nil
 }
 
-// Sync does nothing: memory is as durable as it gets.
+// Sync does nothing (and so may run beside the other methods): memory
+// is as durable as it gets.
 func (m *MemStore) Sync() error { return nil }
 
 // Height is the number of blocks held.
@@ -55,18 +59,36 @@ func (m *MemStore) Block(n uint64) ([]byte, error) {
 // Chain is the final blocks of a replica's chain, read by Deliver while
 // the App appends. It is safe for concurrent use.
 //
+// A block is served (Height, Block) only once it is durable: appended,
+// then covered by a store Sync that began after its Append. Run syncs in
+// the background, one Sync for every block appended while the last ran;
+// while Run is not running, each block is synced as it is added.
+//
 // A replica restored from a snapshot past what its store holds (its
 // blocks were lost, or it caught up by state transfer) has a gap: the App
 // finalizes blocks the store cannot take yet. The chain then keeps count
 // of the blocks known final (Missing), takes the missing ones, in order,
 // from whoever fetches them from other orderers and checks them (Fill),
-// and takes the App's blocks again once the gap is closed.
+// and takes the App's blocks again once the gap is closed. A replica
+// whose store is ahead of its snapshot finalizes again, as it replays
+// its log, blocks the store holds: those are not appended again.
+//
+// The first failure of the store stops the chain for good: it takes no
+// more blocks, serves none it had not synced, and Err and Failed report
+// it.
 type Chain struct {
 	mu     sync.Mutex
 	store  BlockStore
-	height uint64
-	grown  chan struct{} // closed when the height grows, then replaced
-	err    error         // the first failure to append: the chain stops growing
+	height uint64        // blocks appended
+	synced uint64        // blocks durable, the ones served
+	grown  chan struct{} // closed when synced grows, then replaced
+	err    error         // the first failure of the store
+	failed chan struct{} // closed when err is set
+	// dirty gets a token when height passes synced; background is set
+	// while Run syncs.
+	dirty      chan struct{}
+	background bool
+	syncing    sync.Mutex // held across a store Sync
 	// known is the number of blocks known final (above height while
 	// there is a gap); gap gets a token when it grows past height.
 	known  uint64
@@ -74,23 +96,32 @@ type Chain struct {
 	filled uint64 // blocks taken by Fill
 }
 
-// NewChain returns the chain of the blocks in store.
+// NewChain returns the chain of the blocks in store, all of which it
+// takes to be durable.
 func NewChain(store BlockStore) *Chain {
 	h := store.Height()
-	return &Chain{store: store, height: h, known: h, grown: make(chan struct{}), gap: make(chan struct{}, 1)}
+	return &Chain{
+		store: store, height: h, synced: h, known: h,
+		grown: make(chan struct{}), failed: make(chan struct{}),
+		dirty: make(chan struct{}, 1), gap: make(chan struct{}, 1),
+	}
 }
 
-// Height returns the number of final blocks held, and a channel closed
-// when there are more.
+// Height returns the number of final blocks durable and served, and a
+// channel closed when there are more.
 func (c *Chain) Height() (uint64, <-chan struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.height, c.grown
+	return c.synced, c.grown
 }
 
 // Block returns final block n, decoded.
 func (c *Chain) Block(n uint64) (*cb.Block, error) {
 	c.mu.Lock()
+	if n >= c.synced {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("order: block %d not durable at height %d", n, c.synced)
+	}
 	raw, err := c.store.Block(n)
 	c.mu.Unlock()
 	if err != nil {
@@ -111,34 +142,85 @@ func (c *Chain) Err() error {
 	return c.err
 }
 
+// Failed returns a channel closed when the store fails (see Err).
+func (c *Chain) Failed() <-chan struct{} { return c.failed }
+
+func (c *Chain) failLocked(err error) {
+	if c.err == nil {
+		c.err = fmt.Errorf("order: block store: %w", err)
+		close(c.failed)
+	}
+}
+
+// Run syncs the blocks added, in the background, until ctx ends (then
+// it syncs what is left and returns nil) or the store fails (then it
+// returns the error). One Run at a time.
+func (c *Chain) Run(ctx context.Context) error {
+	c.mu.Lock()
+	c.background = true
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.background = false
+		c.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			if err := c.sync(); err != nil {
+				return err
+			}
+			return nil
+		case <-c.failed:
+			return c.Err()
+		case <-c.dirty:
+			if err := c.sync(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
 // put adds final block number from the App. A block below the height is
 // one the store kept from before a restart, which replay finalizes again;
 // one above it is beyond a gap, for Fill to close.
 func (c *Chain) put(number uint64, raw []byte) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.known = max(c.known, number+1)
+	inline := false
 	switch {
 	case c.err != nil || number < c.height:
-		return
 	case number > c.height:
 		select {
 		case c.gap <- struct{}{}:
 		default:
 		}
-		return
+	default:
+		inline = c.appendLocked(raw)
 	}
-	c.appendLocked(raw)
+	c.mu.Unlock()
+	if inline {
+		c.sync()
+	}
 }
 
-func (c *Chain) appendLocked(raw []byte) {
+// appendLocked appends raw as the next block, and has it synced: by Run,
+// or at once (inline, which must then be called with c.mu released)
+// if Run is not running.
+func (c *Chain) appendLocked(raw []byte) (inline bool) {
 	if err := c.store.Append(c.height, raw); err != nil {
-		c.err = err
-		return
+		c.failLocked(err)
+		return false
 	}
 	c.height++
-	close(c.grown)
-	c.grown = make(chan struct{})
+	if !c.background {
+		return true
+	}
+	select {
+	case c.dirty <- struct{}{}:
+	default:
+	}
+	return false
 }
 
 // Missing returns the blocks known final that the chain lacks, [from,
@@ -155,33 +237,41 @@ func (c *Chain) Missing() (from, to uint64, more <-chan struct{}) {
 // block's encoding.
 func (c *Chain) Fill(number uint64, raw []byte, check func(prev *cb.BlockHeader) error) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	inline, err := c.fillLocked(number, raw, check)
+	c.mu.Unlock()
+	if inline {
+		return c.sync()
+	}
+	return err
+}
+
+func (c *Chain) fillLocked(number uint64, raw []byte, check func(prev *cb.BlockHeader) error) (inline bool, _ error) {
 	if c.err != nil {
-		return c.err
+		return false, c.err
 	}
 	if number != c.height || number >= c.known {
-		return fmt.Errorf("order: block %d is not missing (height %d, %d final)", number, c.height, c.known)
+		return false, fmt.Errorf("order: block %d is not missing (height %d, %d final)", number, c.height, c.known)
 	}
 	var prev *cb.BlockHeader
 	if number > 0 {
 		b, err := c.store.Block(number - 1)
 		if err != nil {
-			return err
+			return false, err
 		}
 		pb := new(cb.Block)
 		if err := proto.Unmarshal(b, pb); err != nil {
-			return fmt.Errorf("order: stored block %d: %w", number-1, err)
+			return false, fmt.Errorf("order: stored block %d: %w", number-1, err)
 		}
 		prev = pb.Header
 	}
 	if err := check(prev); err != nil {
-		return err
+		return false, err
 	}
-	c.appendLocked(raw)
+	inline = c.appendLocked(raw)
 	if c.err == nil {
 		c.filled++
 	}
-	return c.err
+	return inline, c.err
 }
 
 // Filled returns how many blocks Fill added.
@@ -191,9 +281,38 @@ func (c *Chain) Filled() uint64 {
 	return c.filled
 }
 
-// sync makes the store's blocks durable.
+// sync makes the blocks appended durable, then serves them. Only one
+// store Sync runs at a time, and never under c.mu: readers and appends
+// go on meanwhile.
 func (c *Chain) sync() error {
+	c.syncing.Lock()
+	defer c.syncing.Unlock()
+	c.mu.Lock()
+	h, err := c.height, c.err
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if h == c.syncedHeight() {
+		return nil
+	}
+	err = c.store.Sync()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.store.Sync()
+	if err != nil {
+		c.failLocked(err)
+		return c.err
+	}
+	if h > c.synced {
+		c.synced = h
+		close(c.grown)
+		c.grown = make(chan struct{})
+	}
+	return nil
+}
+
+func (c *Chain) syncedHeight() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.synced
 }

@@ -1,8 +1,11 @@
 package order_test
 
 import (
+	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	cb "github.com/hyperledger/fabric-protos-go-apiv2/common"
 	"google.golang.org/protobuf/proto"
@@ -127,4 +130,108 @@ func mustBlock(t *testing.T, raw []byte) *cb.Block {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// gatedStore is a MemStore whose Sync waits for a word on release and
+// returns it (nil: success), counting the Syncs.
+type gatedStore struct {
+	order.MemStore
+	release chan error
+	syncs   atomic.Int32
+}
+
+func (g *gatedStore) Sync() error {
+	g.syncs.Add(1)
+	return <-g.release
+}
+
+// TestChainServesSynced: with Run syncing in the background, a final
+// block is appended at once but served only when a Sync begun after it
+// returns; the blocks appended during one Sync are covered by the next,
+// one Sync for all; a failed Sync stops the chain, which then serves
+// nothing more, and Run returns the error.
+func TestChainServesSynced(t *testing.T) {
+	h := newHarness(t, block.Config{MaxMessageCount: 1})
+	store := &gatedStore{release: make(chan error)}
+	cfg := h.cfg
+	cfg.Chain = order.NewChain(store)
+	h.apps[0], _ = order.New(cfg)
+	c := h.apps[0].Chain()
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(ctx) }()
+	defer func() {
+		cancel()
+		close(store.release)
+		<-ran
+	}()
+	final := func(n uint64, data string) {
+		t.Helper()
+		h.exec(t, order.EnvelopeOp(h.envelope(t, h.writer, data)))
+		h.signAll(t, n, 0, 1, 2)
+	}
+	waitSyncs := func(n int32) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); store.syncs.Load() < n; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d Syncs begun, want %d", store.syncs.Load(), n)
+			}
+		}
+	}
+	waitHeight := func(n uint64) {
+		t.Helper()
+		for {
+			height, grown := c.Height()
+			if height >= n {
+				if height != n {
+					t.Fatalf("height %d, want %d", height, n)
+				}
+				return
+			}
+			select {
+			case <-grown:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("height %d, want %d", height, n)
+			}
+		}
+	}
+	final(0, "a")
+	waitSyncs(1)
+	if n, _ := c.Height(); n != 0 || store.Height() != 1 {
+		t.Fatalf("before its Sync returned: height %d, store %d; want 0, 1", n, store.Height())
+	}
+	if _, err := c.Block(0); err == nil {
+		t.Fatal("a block was served before its Sync returned")
+	}
+	final(1, "b")
+	final(2, "c")
+	store.release <- nil // the first Sync, which began before blocks 1 and 2
+	waitHeight(1)
+	waitSyncs(2)
+	store.release <- nil
+	waitHeight(3)
+	if s := store.syncs.Load(); s != 2 {
+		t.Fatalf("%d Syncs for blocks 1 and 2, want one", s-1)
+	}
+	final(3, "d")
+	waitSyncs(3)
+	broken := errors.New("disk on fire")
+	store.release <- broken
+	select {
+	case err := <-ran:
+		if !errors.Is(err, broken) || !errors.Is(c.Err(), broken) {
+			t.Fatalf("Run returned %v, Err %v; want the Sync's error", err, c.Err())
+		}
+		ran <- err
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run goes on after a failed Sync")
+	}
+	select {
+	case <-c.Failed():
+	default:
+		t.Fatal("Failed is not closed")
+	}
+	if n, _ := c.Height(); n != 3 {
+		t.Fatalf("after the failed Sync: height %d, want 3", n)
+	}
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -36,7 +38,10 @@ type demoCluster struct {
 	keys     [][]byte
 }
 
-func startDemoCluster(ctx context.Context, transport *rubin.Config, writers, readers *envelope.Policy) (*demoCluster, error) {
+// startDemoCluster runs four orderers of demoChannel in this process,
+// cutting blocks as bc says; with dataDir set, orderer i is durable in
+// dataDir/i (its PBFT log and snapshots, and its ledger of blocks).
+func startDemoCluster(ctx context.Context, transport *rubin.Config, writers, readers *envelope.Policy, bc block.Config, dataDir string) (*demoCluster, error) {
 	cl, err := auth.Generate(4, 4, "127.0.0.1", 1, nil)
 	if err != nil {
 		return nil, err
@@ -63,10 +68,14 @@ func startDemoCluster(ctx context.Context, transport *rubin.Config, writers, rea
 			d.stop()
 			return nil, err
 		}
+		dir := ""
+		if dataDir != "" {
+			dir = filepath.Join(dataDir, strconv.Itoa(i))
+		}
 		o, err := server.NewOrderer(server.OrdererConfig{
 			Cluster: cl, ID: bft.ReplicaID(i), Transport: transport,
 			Channel: demoChannel, Writers: writers, Readers: readers,
-			Block:    block.Config{MaxMessageCount: 20, BatchTimeout: 200 * time.Millisecond},
+			Block: bc, DataDir: dir,
 			Listener: gl, ReplicaListener: rlns[i],
 		})
 		if err != nil {
@@ -82,6 +91,50 @@ func startDemoCluster(ctx context.Context, transport *rubin.Config, writers, rea
 	}
 	rlns = nil
 	return d, nil
+}
+
+// dial returns an AtomicBroadcast client of each orderer, and a func
+// that closes them.
+func (d *demoCluster) dial() ([]ab.AtomicBroadcastClient, func(), error) {
+	var conns []*grpc.ClientConn
+	closeAll := func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}
+	var clients []ab.AtomicBroadcastClient
+	for _, o := range d.orderers {
+		conn, err := grpc.NewClient(o.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		conns = append(conns, conn)
+		clients = append(clients, ab.NewAtomicBroadcastClient(conn))
+	}
+	return clients, closeAll, nil
+}
+
+// identities makes a CA named org, the policy that names it, and a
+// writer and a reader it certifies.
+func identities(org string) (*envelope.Policy, *ordertest.Signer, *ordertest.Signer, error) {
+	ca, err := ordertest.NewCA(org)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	policy, err := envelope.NewPolicy(ca.PEM)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	writer, err := ca.Issue("writer", org+"MSP")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	reader, err := ca.Issue("reader", org+"MSP")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return policy, writer, reader, nil
 }
 
 // crash stops orderer i and waits for it; its error stays for stop.
@@ -120,37 +173,21 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		return fmt.Errorf("%w: -transport %q is neither tcp nor rdma", cli.ErrUsage, t)
 	}
 	start := time.Now()
-	ca, err := ordertest.NewCA("DemoOrg")
+	policy, writer, reader, err := identities("DemoOrg")
 	if err != nil {
 		return err
 	}
-	policy, err := envelope.NewPolicy(ca.PEM)
-	if err != nil {
-		return err
-	}
-	writer, err := ca.Issue("writer", "DemoOrgMSP")
-	if err != nil {
-		return err
-	}
-	reader, err := ca.Issue("reader", "DemoOrgMSP")
-	if err != nil {
-		return err
-	}
-	d, err := startDemoCluster(ctx, &transport, policy, policy)
+	d, err := startDemoCluster(ctx, &transport, policy, policy, block.Config{MaxMessageCount: 20, BatchTimeout: 200 * time.Millisecond}, "")
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, d.stop()) }()
 	fmt.Fprintf(stdout, "four orderers of channel %q over %s, AtomicBroadcast on %s, %s, %s, %s\n", demoChannel, transport.Transport, d.orderers[0].Addr(), d.orderers[1].Addr(), d.orderers[2].Addr(), d.orderers[3].Addr())
-	clients := make([]ab.AtomicBroadcastClient, 4)
-	for i, o := range d.orderers {
-		conn, err := grpc.NewClient(o.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		clients[i] = ab.NewAtomicBroadcastClient(conn)
+	clients, closeClients, err := d.dial()
+	if err != nil {
+		return err
 	}
+	defer closeClients()
 
 	// The writer broadcasts through orderer 1; orderer 0, the primary,
 	// crashes halfway.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rubin-go/rubin/internal/cli"
+	"github.com/rubin-go/rubin/order/block"
 	"github.com/rubin-go/rubin/order/ordertest"
 )
 
@@ -102,4 +104,34 @@ func TestDemo(t *testing.T) {
 			t.Errorf("the demo did not say %q:\n%s", want, stdout)
 		}
 	}
+}
+
+// TestBenchQuick runs orderer bench as -quick configures it, a little
+// longer and with small blocks cut often, so that its steady window
+// holds blocks under the race detector on a loaded machine too, and
+// checks that it reports what issue 25 asks for. It judges no figure:
+// the bench measures, tests do not.
+func TestBenchQuick(t *testing.T) {
+	cfg, err := parseBench([]string{"-quick", "-duration", "6s"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.warmup != time.Second || cfg.samples != 300 || cfg.envs != 6000 {
+		t.Fatalf("-quick gave %+v", cfg)
+	}
+	cfg.dataDir = t.TempDir()
+	cfg.block = block.Config{MaxMessageCount: 20, BatchTimeout: 100 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	if err := bench(ctx, cfg, &out); err != nil {
+		t.Fatalf("bench: %v\n%s", err, out.String())
+	}
+	stdout := out.String()
+	for _, want := range []string{"placement: ", "ECDSA P-256 verify (Go crypto/ecdsa, median of 300): ", "bound: ", "throughput: ", "ratio to the bound: ", "broadcast to delivery: p50 "} {
+		if !strings.Contains(stdout, "\n"+want) && !strings.HasPrefix(stdout, want) {
+			t.Errorf("the bench's output lacks %q:\n%s", want, stdout)
+		}
+	}
+	t.Log(stdout)
 }

@@ -112,7 +112,9 @@ func chain(t *testing.T, c ab.AtomicBroadcastClient, reader *ordertest.Signer, k
 // chain, valid by Fabric's hash rules and signed by 2f+1 orderers, with
 // every accepted envelope exactly once and no refused one. The killed
 // orderer, restarted on its data directory, delivers the same chain, and
-// orders and signs again with another orderer killed.
+// orders and signs again with another orderer killed; killed again and
+// restarted with all the others down, it serves the chain from its
+// ledger.
 func TestProcesses(t *testing.T) {
 	dir := t.TempDir()
 	writersCA, writersFile := writeCA(t, dir, "writers")
@@ -252,6 +254,16 @@ func TestProcesses(t *testing.T) {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("orderer 3's metrics lack %q", want)
 		}
+	}
+	// Orderer 0 killed again and restarted with every other orderer
+	// down serves from its ledger the chain it delivered.
+	for _, i := range []int{0, 2, 3} {
+		procs[i].Process.Kill()
+		procs[i].Wait()
+	}
+	procs[0], _, _ = startOrderer(t, file, filepath.Join(dir, "0"), 0)
+	if err := ordertest.CheckDelivered([][]*cb.Block{final[0], chain(t, clients[0], reader, keys, len(accepted))}, accepted, forged); err != nil {
+		t.Fatalf("restarted alone: %v", err)
 	}
 	t.Logf("%d envelopes in %d blocks; 40 envelopes across the primary's crash in %v", len(accepted), len(final[0]), during)
 }

@@ -27,7 +27,7 @@ func runReplica(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	err := parseFlags("replica", args, stderr, func(fs *flag.FlagSet) {
 		fs.IntVar(&id, "id", -1, "this orderer's index in the cluster file")
 		fs.StringVar(&path, "cluster", "cluster.json", "the cluster file, as orderer keygen writes it, with its .channel.json beside it")
-		fs.StringVar(&dataDir, "data-dir", "", "persist the replica's log and snapshots in `dir` and recover from it at start")
+		fs.StringVar(&dataDir, "data-dir", "", "persist the replica's log and snapshots in `dir`, and the blocks in dir/blocks, and recover from them at start")
 		fs.StringVar(&listen, "listen", "", "serve AtomicBroadcast on `host:port` (default: the channel file's address for this orderer)")
 		fs.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics")
 		fs.BoolVar(&verbose, "v", false, "log at debug level")

@@ -29,10 +29,12 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/asn1"
+	"encoding/binary"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"math/big"
+	"sync"
 	"time"
 
 	cb "github.com/hyperledger/fabric-protos-go-apiv2/common"
@@ -164,10 +166,109 @@ func SeekInfo(p *Parsed) (*ab.SeekInfo, error) {
 }
 
 // Policy is a channel's Writers or Readers policy: the CAs whose
-// certificates may sign. A Policy is immutable and safe for concurrent
-// use.
+// certificates may sign. A Policy is safe for concurrent use; one made
+// by NewPolicy is immutable, one made by Memoized remembers.
 type Policy struct {
 	roots *x509.CertPool
+	memo  *memo // nil: Authorize remembers nothing
+}
+
+// Memoized returns a policy of the same CAs whose Authorize remembers
+// the ECDSA verifications that passed and the certificate chains it
+// verified, and so answers an envelope checked before, or another from
+// the same certificate, without verifying again. It answers exactly as
+// pol does at every time: a signature verification is a pure function
+// of the key, digest and signature, and a chain is reused only when the
+// time checked lies within the validity of every certificate in it, the
+// only part of a chain's verification that depends on the time; any
+// other check verifies afresh. What it remembers is bounded (MemoSize
+// entries of each kind, then forgotten all at once). An orderer keeps
+// one for the checks on receipt and at execution; orderers that share
+// one in a process share their work too.
+func (pol *Policy) Memoized() *Policy {
+	return &Policy{roots: pol.roots, memo: &memo{sigs: make(map[[32]byte]struct{}), chains: make(map[string]validity)}}
+}
+
+// MemoSize bounds what a Memoized policy remembers of each kind.
+const MemoSize = 1 << 16
+
+type memo struct {
+	mu     sync.Mutex
+	sigs   map[[32]byte]struct{} // sigKey of the verifications that passed
+	chains map[string]validity   // by the certificate's DER
+}
+
+// validity is when every certificate of a verified chain is valid,
+// NotBefore to NotAfter, both included, as crypto/x509 judges it.
+type validity struct{ from, to time.Time }
+
+// sigKey names a verification: the key, the digest, the signature.
+func sigKey(spki []byte, digest [32]byte, sig []byte) [32]byte {
+	h := sha256.New()
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(spki)))
+	h.Write(n[:])
+	h.Write(spki)
+	h.Write(digest[:])
+	h.Write(sig)
+	var k [32]byte
+	h.Sum(k[:0])
+	return k
+}
+
+func (m *memo) verified(k [32]byte) bool {
+	if m == nil {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.sigs[k]
+	return ok
+}
+
+func (m *memo) rememberSig(k [32]byte) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.sigs) >= MemoSize {
+		clear(m.sigs)
+	}
+	m.sigs[k] = struct{}{}
+}
+
+// chainValid reports whether cert has a chain remembered that is valid
+// at now.
+func (m *memo) chainValid(cert *x509.Certificate, now time.Time) bool {
+	if m == nil {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.chains[string(cert.Raw)]
+	return ok && !now.Before(v.from) && !now.After(v.to)
+}
+
+func (m *memo) rememberChain(cert *x509.Certificate, chain []*x509.Certificate) {
+	if m == nil || len(chain) == 0 {
+		return
+	}
+	v := validity{from: chain[0].NotBefore, to: chain[0].NotAfter}
+	for _, c := range chain[1:] {
+		if c.NotBefore.After(v.from) {
+			v.from = c.NotBefore
+		}
+		if c.NotAfter.Before(v.to) {
+			v.to = c.NotAfter
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.chains) >= MemoSize {
+		clear(m.chains)
+	}
+	m.chains[string(cert.Raw)] = v
 }
 
 // NewPolicy returns the policy of the CA certificates in caPEM, one or
@@ -222,12 +323,24 @@ func (pol *Policy) Authorize(p *Parsed, now time.Time) error {
 		return errorf(cb.Status_FORBIDDEN, "the signature has a high S")
 	}
 	digest := sha256.Sum256(p.Envelope.GetPayload())
-	if !ecdsa.Verify(pub, digest[:], sig.R, sig.S) {
-		return errorf(cb.Status_FORBIDDEN, "the signature does not verify")
+	var k [32]byte
+	if pol.memo != nil {
+		k = sigKey(p.Cert.RawSubjectPublicKeyInfo, digest, p.Envelope.GetSignature())
+	}
+	if !pol.memo.verified(k) {
+		if !ecdsa.Verify(pub, digest[:], sig.R, sig.S) {
+			return errorf(cb.Status_FORBIDDEN, "the signature does not verify")
+		}
+		pol.memo.rememberSig(k)
+	}
+	if pol.memo.chainValid(p.Cert, now) {
+		return nil
 	}
 	opts := x509.VerifyOptions{Roots: pol.roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}
-	if _, err := p.Cert.Verify(opts); err != nil {
+	chains, err := p.Cert.Verify(opts)
+	if err != nil {
 		return errorf(cb.Status_FORBIDDEN, "the creator's certificate is not from a CA of the policy: %v", err)
 	}
+	pol.memo.rememberChain(p.Cert, chains[0])
 	return nil
 }

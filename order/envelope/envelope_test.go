@@ -107,9 +107,17 @@ func TestAuthorize(t *testing.T) {
 		{"signature garbage", mutate(func(e *cb.Envelope) { e.Signature = []byte{0x30, 0x03, 0x02, 0x01, 0x01} }), cb.Status_FORBIDDEN},
 		{"CA not in the policy", marshal(t, stranger), cb.Status_FORBIDDEN},
 	} {
-		err := check(f.policy, c.raw)
-		if got := envelope.StatusOf(err); got != c.want {
-			t.Errorf("%s: %v (%s), want %s", c.name, err, got, c.want)
+		// A memoized policy answers alike, the second time too, having
+		// checked the good envelope first.
+		memo := f.policy.Memoized()
+		for _, pol := range []*envelope.Policy{f.policy, memo, memo} {
+			if err := check(pol, marshal(t, good)); err != nil {
+				t.Fatalf("a good envelope: %v", err)
+			}
+			err := check(pol, c.raw)
+			if got := envelope.StatusOf(err); got != c.want {
+				t.Errorf("%s: %v (%s), want %s", c.name, err, got, c.want)
+			}
 		}
 	}
 	// The stranger's envelope passes a policy naming both CAs.
@@ -120,10 +128,25 @@ func TestAuthorize(t *testing.T) {
 	if err := check(both, marshal(t, stranger)); err != nil {
 		t.Fatalf("a policy of two CAs: %v", err)
 	}
-	// An expired certificate, at the time given, is refused.
+	// A certificate outside its validity, at the time given, is
+	// refused, by a memoized policy too once it verified the chain at a
+	// time inside it; inside it again, it is accepted.
 	p, _ := envelope.Parse(marshal(t, good), channel)
-	if err := f.policy.Authorize(p, time.Now().Add(10*365*24*time.Hour)); envelope.StatusOf(err) != cb.Status_FORBIDDEN {
-		t.Fatalf("a certificate past its validity: %v", err)
+	memo := f.policy.Memoized()
+	for _, pol := range []*envelope.Policy{f.policy, memo} {
+		if err := pol.Authorize(p, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		for _, at := range []time.Time{time.Now().Add(10 * 365 * 24 * time.Hour), p.Cert.NotAfter.Add(time.Nanosecond), p.Cert.NotBefore.Add(-time.Nanosecond)} {
+			if err := pol.Authorize(p, at); envelope.StatusOf(err) != cb.Status_FORBIDDEN {
+				t.Fatalf("a certificate at %v, outside its validity: %v", at, err)
+			}
+		}
+		for _, at := range []time.Time{p.Cert.NotAfter, p.Cert.NotBefore} {
+			if err := pol.Authorize(p, at); err != nil {
+				t.Fatalf("a certificate at %v, the edge of its validity: %v", at, err)
+			}
+		}
 	}
 	if _, err := envelope.NewPolicy([]byte("no pem")); err == nil {
 		t.Fatal("a policy without a CA")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"sync"
 
 	ab "github.com/hyperledger/fabric-protos-go-apiv2/orderer"
@@ -20,6 +21,7 @@ import (
 	"github.com/rubin-go/rubin/order"
 	"github.com/rubin-go/rubin/order/block"
 	"github.com/rubin-go/rubin/order/envelope"
+	"github.com/rubin-go/rubin/order/ledger"
 )
 
 // MaxOpSize is the largest op the orderers' PBFT core takes; an
@@ -45,12 +47,14 @@ type OrdererConfig struct {
 	Channel          string
 	Writers, Readers *envelope.Policy
 	Block            block.Config
-	// Store keeps the final blocks (nil: in memory); the Orderer does
-	// not close it, its caller does after Run returns. An order/ledger
-	// Ledger is one.
+	// Store keeps the final blocks; the Orderer does not close it, its
+	// caller does after Run returns. An order/ledger Ledger is one. If
+	// nil, the blocks go to an order/ledger Ledger in DataDir/blocks
+	// that the Orderer opens and closes, or with no DataDir to memory.
 	Store order.BlockStore
 	// DataDir, if set, is where the PBFT replica persists its log and
-	// snapshots (node.ReplicaConfig.DataDir).
+	// snapshots (node.ReplicaConfig.DataDir), and where the blocks are
+	// kept (see Store).
 	DataDir string
 	// Peers are where the orderers serve AtomicBroadcast, by ID: a
 	// restarted orderer fetches the blocks it lacks from them (none: it
@@ -78,10 +82,17 @@ type Orderer struct {
 	key     ed25519.PrivateKey
 	keys    []ed25519.PublicKey // the orderers', by ID
 	srv     *Server
+	ledger  *ledger.Ledger // opened by NewOrderer, closed by Run
 }
 
+// BlocksDir is the subdirectory of an orderer's data directory that
+// holds its ledger of blocks.
+const BlocksDir = "blocks"
+
 // NewOrderer makes an orderer, recovering its replica from DataDir if
-// set. Run runs it.
+// set and opening its ledger there (see OrdererConfig.Store), whose
+// blocks it serves from the start. Run runs it, and closes that ledger
+// when it returns: an Orderer made must be Run.
 func NewOrderer(cfg OrdererConfig) (*Orderer, error) {
 	c := cfg.Cluster
 	if c == nil || int(cfg.ID) >= c.N() || cfg.Listener == nil {
@@ -93,12 +104,44 @@ func NewOrderer(cfg OrdererConfig) (*Orderer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Store == nil {
-		cfg.Store = new(order.MemStore)
-	}
 	if cfg.Block.Normalized().AbsoluteMaxBytes > MaxOpSize-64 {
 		return nil, fmt.Errorf("server: AbsoluteMaxBytes %d leaves no room in an op of %d bytes", cfg.Block.AbsoluteMaxBytes, MaxOpSize)
 	}
+	// One memo per orderer, shared by its checks on receipt and at
+	// execution: an envelope it received is verified once, and every
+	// orderer verifies each envelope itself.
+	if cfg.Writers != nil {
+		cfg.Writers = cfg.Writers.Memoized()
+	}
+	if cfg.Readers != nil {
+		cfg.Readers = cfg.Readers.Memoized()
+	}
+	var led *ledger.Ledger
+	switch {
+	case cfg.Store != nil:
+	case cfg.DataDir != "":
+		var err error
+		if led, err = ledger.Open(filepath.Join(cfg.DataDir, BlocksDir)); err != nil {
+			return nil, fmt.Errorf("server: orderer %d's blocks: %w", cfg.ID, err)
+		}
+		cfg.Store = led
+		cfg.Logger.Info("opened the ledger", "dir", filepath.Join(cfg.DataDir, BlocksDir), "height", led.Height())
+	default:
+		cfg.Store = new(order.MemStore)
+	}
+	o, err := newOrderer(cfg)
+	if err != nil {
+		if led != nil {
+			led.Close()
+		}
+		return nil, err
+	}
+	o.ledger = led
+	return o, nil
+}
+
+func newOrderer(cfg OrdererConfig) (*Orderer, error) {
+	c := cfg.Cluster
 	keys := make([]ed25519.PublicKey, c.N())
 	for i, r := range c.Replicas {
 		keys[i] = r.PublicKey
@@ -144,12 +187,25 @@ func (o *Orderer) Addr() string { return o.cfg.Listener.Addr().String() }
 func (o *Orderer) Replica() *node.Replica { return o.replica }
 
 // Run runs the orderer until ctx ends, then stops everything it started
-// and returns nil, or the first error that stopped it earlier.
+// and returns nil, or the first error that stopped it earlier: a failure
+// of its block store stops it, so that it serves no block it did not
+// store. It closes the ledger NewOrderer opened.
 func (o *Orderer) Run(ctx context.Context) error {
+	if o.ledger != nil {
+		defer o.ledger.Close()
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, 4)
+	errs := make(chan error, 5)
+	chain := o.app.Chain()
+	wg.Go(func() {
+		if err := chain.Run(ctx); err != nil {
+			o.cfg.Logger.Error("the block store failed: stopping", "err", err)
+			errs <- fmt.Errorf("server: orderer %d: %w", o.cfg.ID, err)
+			cancel()
+		}
+	})
 	wg.Go(func() {
 		if err := o.replica.Run(ctx); err != nil {
 			errs <- err

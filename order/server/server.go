@@ -215,6 +215,8 @@ func (s *Server) deliver(stream ab.AtomicBroadcast_DeliverServer, env *cb.Envelo
 			select {
 			case <-ctx.Done():
 				return 0, ctx.Err()
+			case <-s.cfg.Chain.Failed():
+				return cb.Status_SERVICE_UNAVAILABLE, nil
 			case <-grown:
 			}
 			height, grown = s.cfg.Chain.Height()

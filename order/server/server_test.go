@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +30,7 @@ import (
 	"github.com/rubin-go/rubin/order/block"
 	"github.com/rubin-go/rubin/order/client"
 	"github.com/rubin-go/rubin/order/envelope"
+	"github.com/rubin-go/rubin/order/ledger"
 	"github.com/rubin-go/rubin/order/ordertest"
 	"github.com/rubin-go/rubin/order/server"
 )
@@ -39,10 +42,15 @@ type cluster struct {
 	orderers []*server.Orderer
 	cfgs     []server.OrdererConfig
 	stops    []func() // stop orderer i and wait for it
-	keys     [][]byte
-	writer   *ordertest.Signer
-	reader   *ordertest.Signer // a Reader, not a Writer
-	forger   *ordertest.Signer // from a CA the channel does not name
+	// ended[i] gets what orderer i's Run returned; an error fails the
+	// test unless mayFail[i].
+	ended   []chan error
+	mayFail []bool
+	keys    [][]byte
+	writer  *ordertest.Signer
+	reader  *ordertest.Signer // a Reader, not a Writer
+	forger  *ordertest.Signer // from a CA the channel does not name
+	writers *ordertest.CA     // the Writers policy's CA
 }
 
 // startCluster runs four orderers in this process over TCP on loopback;
@@ -58,6 +66,7 @@ func startCluster(t *testing.T, bc block.Config, opts ...clusterOption) *cluster
 	readers, _ := ordertest.NewCA("Readers")
 	evil, _ := ordertest.NewCA("Evil")
 	c := &cluster{}
+	c.writers = writers
 	c.writer, _ = writers.Issue("writer", "Org1MSP")
 	c.reader, _ = readers.Issue("reader", "Org2MSP")
 	c.forger, _ = evil.Issue("forger", "Org1MSP")
@@ -90,6 +99,7 @@ func startCluster(t *testing.T, bc block.Config, opts ...clusterOption) *cluster
 		c.cfgs = append(c.cfgs, cfg)
 	}
 	c.orderers, c.stops = make([]*server.Orderer, len(c.cfgs)), make([]func(), len(c.cfgs))
+	c.ended, c.mayFail = make([]chan error, len(c.cfgs)), make([]bool, len(c.cfgs))
 	for i := range c.cfgs {
 		if c.cfgs[i].DataDir != "" {
 			c.cfgs[i].Peers = peers
@@ -131,11 +141,15 @@ func (c *cluster) start(t *testing.T, i int) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	ended := make(chan error, 1)
+	c.ended[i] = ended
 	go func() {
 		defer close(done)
-		if err := o.Run(ctx); err != nil {
+		err := o.Run(ctx)
+		if err != nil && !c.mayFail[i] {
 			t.Errorf("orderer %d: %v", i, err)
 		}
+		ended <- err
 	}()
 	c.orderers[i] = o
 	c.stops[i] = func() {
@@ -421,37 +435,53 @@ func mustMarshal(t *testing.T, m proto.Message) []byte {
 	return b
 }
 
+// write broadcasts n more numbered envelopes through orderer 1, each
+// of which must be accepted, and returns envs with them.
+func (c *cluster) write(t *testing.T, envs []*cb.Envelope, n int) []*cb.Envelope {
+	t.Helper()
+	var more []*cb.Envelope
+	for range n {
+		more = append(more, mustEnvelope(t, c.writer, cb.HeaderType_ENDORSER_TRANSACTION, channel, fmt.Sprintf("tx %d", len(envs)+len(more))))
+	}
+	for i, r := range broadcast(t, c.dial(t, 1), more) {
+		if r.Status != cb.Status_SUCCESS {
+			t.Fatalf("envelope %d: %v", i, r)
+		}
+	}
+	return append(envs, more...)
+}
+
+// pastCheckpoint writes until orderer 3 has a stable checkpoint (128
+// sequence numbers; with one envelope a block, each block is also four
+// ordered signatures).
+func (c *cluster) pastCheckpoint(t *testing.T, envs []*cb.Envelope) []*cb.Envelope {
+	t.Helper()
+	for c.orderers[3].Replica().Status().Stable == 0 {
+		envs = c.write(t, envs, 20)
+		if len(envs) > 400 {
+			t.Fatal("no stable checkpoint after 400 envelopes")
+		}
+	}
+	return envs
+}
+
 // TestRestartCatchesUp: an orderer that stops after a checkpoint and
-// restarts on its data directory, its blocks lost (they were in memory),
+// restarts on its data directory, its ledger of blocks lost,
 // recovers its ordering state from its snapshot and log, fetches the
 // blocks it lacks from the other orderers, checked by their signatures
 // and hashes, and then delivers the same chain as they do.
 func TestRestartCatchesUp(t *testing.T) {
 	c := startCluster(t, block.Config{MaxMessageCount: 1}, durable)
 	var envs []*cb.Envelope
-	batch := func(n int) {
-		var more []*cb.Envelope
-		for range n {
-			more = append(more, mustEnvelope(t, c.writer, cb.HeaderType_ENDORSER_TRANSACTION, channel, fmt.Sprintf("tx %d", len(envs)+len(more))))
-		}
-		for i, r := range broadcast(t, c.dial(t, 1), more) {
-			if r.Status != cb.Status_SUCCESS {
-				t.Fatalf("envelope %d: %v", i, r)
-			}
-		}
-		envs = append(envs, more...)
-	}
-	// Well past the first checkpoint (128 sequence numbers): each
-	// envelope is a block, and each block four ordered signatures.
-	for c.orderers[3].Replica().Status().Stable == 0 {
-		batch(20)
-		if len(envs) > 400 {
-			t.Fatal("no stable checkpoint after 400 envelopes")
-		}
-	}
+	batch := func(n int) { envs = c.write(t, envs, n) }
+	envs = c.pastCheckpoint(t, envs)
 	c.deliverUntil(t, 3, len(envs))
 	before := len(envs)
 	c.stops[3]()
+	// Its ledger is lost: its store is behind its snapshot.
+	if err := os.RemoveAll(filepath.Join(c.cfgs[3].DataDir, server.BlocksDir)); err != nil {
+		t.Fatal(err)
+	}
 	batch(10)
 	c.start(t, 3)
 	batch(10)
@@ -469,6 +499,89 @@ func TestRestartCatchesUp(t *testing.T) {
 		t.Fatal("the restarted orderer fetched no block: the test did not lose any")
 	}
 	t.Logf("%d envelopes; the restarted orderer fetched %d blocks", len(envs), c.orderers[3].Chain().Filled())
+}
+
+// TestRestartServesFromDisk: an orderer restarted on its data directory
+// serves the chain its ledger holds at once, with every other orderer
+// stopped; its ledger is ahead of its snapshot (blocks after the last
+// checkpoint), so the replay of its log finalizes blocks it holds, which
+// it does not store again, and with the others back it orders on and
+// delivers the same chain as they do, having fetched nothing.
+func TestRestartServesFromDisk(t *testing.T) {
+	c := startCluster(t, block.Config{MaxMessageCount: 1}, durable)
+	var envs []*cb.Envelope
+	batch := func(n int) { envs = c.write(t, envs, n) }
+	envs = c.pastCheckpoint(t, envs)
+	batch(5)
+	had := c.deliverUntil(t, 3, len(envs))
+	stable := c.orderers[3].Replica().Status().Stable
+	for i := range c.stops {
+		c.stops[i]()
+	}
+	c.start(t, 3)
+	if n, _ := c.orderers[3].Chain().Height(); n != uint64(len(had)) {
+		t.Fatalf("restarted alone, orderer 3 serves %d blocks, had %d", n, len(had))
+	}
+	alone := c.deliverUntil(t, 3, len(envs))
+	if err := ordertest.CheckDelivered([][]*cb.Block{had, alone}, envs, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		c.start(t, i)
+	}
+	batch(5)
+	all := [][]*cb.Block{c.deliverUntil(t, 0, len(envs)), c.deliverUntil(t, 3, len(envs))}
+	if err := ordertest.CheckDelivered(all, envs, nil); err != nil {
+		t.Fatal(err)
+	}
+	if f := c.orderers[3].Chain().Filled(); f != 0 {
+		t.Fatalf("orderer 3 fetched %d blocks its ledger held", f)
+	}
+	if err := c.orderers[3].Chain().Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d blocks served from disk; snapshot at sequence %d", len(had), stable)
+}
+
+// TestLedgerFailureStops: an orderer whose ledger fails under it (closed
+// here; a full or failing disk alike) stops with an error that says so,
+// and never serves a block its ledger did not take; the others go on.
+func TestLedgerFailureStops(t *testing.T) {
+	var led *ledger.Ledger
+	c := startCluster(t, block.Config{MaxMessageCount: 1}, func(t *testing.T, cfg *server.OrdererConfig) {
+		if cfg.ID == 3 {
+			var err error
+			if led, err = ledger.Open(t.TempDir()); err != nil {
+				t.Fatal(err)
+			}
+			cfg.Store = led
+		}
+	})
+	c.mayFail[3] = true
+	envs := []*cb.Envelope{mustEnvelope(t, c.writer, cb.HeaderType_MESSAGE, channel, "a")}
+	broadcast(t, c.dial(t, 0), envs)
+	c.deliverUntil(t, 3, 1)
+	stored := led.Height()
+	if err := led.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		envs = append(envs, mustEnvelope(t, c.writer, cb.HeaderType_MESSAGE, channel, fmt.Sprintf("b%d", i)))
+	}
+	broadcast(t, c.dial(t, 0), envs[1:])
+	select {
+	case err := <-c.ended[3]:
+		if !errors.Is(err, os.ErrClosed) || !strings.Contains(err.Error(), "block store") {
+			t.Fatalf("orderer 3 stopped with %v, want a block store error wrapping os.ErrClosed", err)
+		}
+		t.Logf("orderer 3: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("orderer 3 runs on without its ledger")
+	}
+	if n, _ := c.orderers[3].Chain().Height(); n > stored {
+		t.Fatalf("orderer 3 serves %d blocks, its ledger took %d", n, stored)
+	}
+	c.deliverUntil(t, 0, len(envs))
 }
 
 // byzantine is an orderer's AtomicBroadcast that lies in Deliver: it
@@ -758,4 +871,65 @@ func TestBroadcastClientPassesSilentOrderer(t *testing.T) {
 	if _, err := none.Submit(ctx, envs[0]); err == nil {
 		t.Fatal("Submit through an unavailable orderer only succeeded")
 	}
+}
+
+// TestCensoringPrimary: the primary of view 0, orderer 0, never
+// proposes what one writer broadcasts through orderer 1: its cluster
+// file holds a wrong key for orderer 1's client, so it takes each of
+// that client's requests for a forgery and drops it, and it keeps
+// ordering another writer's envelopes, broadcast through orderer 2,
+// meanwhile. Orderer 1's client sends each request to every replica;
+// the backups time each request they hold on its own, replace the
+// primary, and the censored writer's envelopes reach blocks, each once,
+// delivered alike by the correct orderers.
+func TestCensoringPrimary(t *testing.T) {
+	c := startCluster(t, block.Config{MaxMessageCount: 4, BatchTimeout: 50 * time.Millisecond}, func(_ *testing.T, cfg *server.OrdererConfig) {
+		if cfg.ID != 0 {
+			return
+		}
+		// Replicas is shared, so the addresses startCluster fills in
+		// later reach orderer 0 too.
+		cl := *cfg.Cluster
+		cl.Clients = append([]auth.Client(nil), cl.Clients...)
+		for i, k := range cl.Clients {
+			if k.ID == 1 {
+				keys := append([][]byte(nil), k.Keys...)
+				keys[0] = make([]byte, len(keys[0]))
+				cl.Clients[i].Keys = keys
+			}
+		}
+		cfg.Cluster = &cl
+	})
+	other, err := c.writers.Issue("other", "Org1MSP")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var censored, busy []*cb.Envelope
+	for i := range 12 {
+		censored = append(censored, mustEnvelope(t, c.writer, cb.HeaderType_ENDORSER_TRANSACTION, channel, fmt.Sprintf("censored %d", i)))
+		busy = append(busy, mustEnvelope(t, other, cb.HeaderType_ENDORSER_TRANSACTION, channel, fmt.Sprintf("busy %d", i)))
+	}
+	var wg sync.WaitGroup
+	var got [2][]*ab.BroadcastResponse
+	wg.Go(func() { got[0] = broadcast(t, c.dial(t, 1), censored) })
+	wg.Go(func() { got[1] = broadcast(t, c.dial(t, 2), busy) })
+	wg.Wait()
+	for k, rs := range got {
+		for i, r := range rs {
+			if r.Status != cb.Status_SUCCESS {
+				t.Fatalf("stream %d envelope %d: %v", k, i, r)
+			}
+		}
+	}
+	all := append(append([]*cb.Envelope{}, censored...), busy...)
+	chains := [][]*cb.Block{c.deliverUntil(t, 1, len(all)), c.deliverUntil(t, 3, len(all))}
+	if err := ordertest.CheckDelivered(chains, all, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < 4; i++ {
+		if st := c.orderers[i].Replica().Status(); st.View == 0 {
+			t.Fatalf("orderer %d is still in view 0: the censoring primary was not replaced", i)
+		}
+	}
+	t.Logf("view %d, primary orderer %d", c.orderers[1].Replica().Status().View, c.orderers[1].Replica().Status().Primary)
 }
