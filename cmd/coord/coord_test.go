@@ -198,8 +198,12 @@ func TestCommands(t *testing.T) {
 	freePorts(t, file)
 
 	start, stop := inProcess(t)
+	var r0Out *syncBuffer
 	for i := range c.Replicas {
-		start("replica", "-id", strconv.Itoa(i), "-cluster", file, "-data-dir", filepath.Join(dir, "r"+strconv.Itoa(i)), "-transport", "tcp")
+		out := start("replica", "-id", strconv.Itoa(i), "-cluster", file, "-data-dir", filepath.Join(dir, "r"+strconv.Itoa(i)), "-transport", "tcp", "-metrics-addr", "127.0.0.1:0")
+		if i == 0 {
+			r0Out = out
+		}
 	}
 	prof := filepath.Join(dir, "gateway.prof")
 	gwOut := start("gateway", "-cluster", file, "-listen", "127.0.0.1:0", "-ids", "0-3", "-transport", "tcp", "-cpuprofile", prof, "-max-client-cnxns", "2",
@@ -228,6 +232,13 @@ func TestCommands(t *testing.T) {
 	}
 	if got := fourLetter(t, addr, "stat"); got != "stat is not executed because it is not in the whitelist.\n" {
 		t.Fatalf("stat: %q", got)
+	}
+	replicaURL := regexp.MustCompile(`replica 0 metrics on (\S+)\n`).FindStringSubmatch(r0Out.String())
+	if replicaURL == nil {
+		t.Fatalf("no metrics address in replica 0's output: %q", r0Out.String())
+	}
+	if body := scrape(t, replicaURL[1]); !strings.Contains(body, `rubin_bft_committed_requests_total{replica="0"} `) {
+		t.Errorf("replica 0's metrics lack its committed requests:\n%s", body)
 	}
 	body := scrape(t, metricsURL[1])
 	for _, want := range []string{

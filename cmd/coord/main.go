@@ -5,7 +5,7 @@
 // Usage:
 //
 //	coord keygen -n 4 -base-port 7100 -out cluster.json [-clients 64] [-gateways 1] [-host 127.0.0.1 | -addrs H:P,...] [-split DIR]
-//	coord replica -id I -cluster cluster.json [-data-dir DIR] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
+//	coord replica -id I -cluster cluster.json [-data-dir DIR] [-metrics-addr ADDR] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
 //	coord gateway -cluster cluster.json -listen HOST:PORT [-gateway I | -ids FIRST-LAST] [-claim-wait D] [-max-client-cnxns 60] [-max-client-sessions 120] [-max-conns 1024] [-four-letter-words ruok,isro,srvr,mntr] [-metrics-addr ADDR] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
 //	coord demo [-transport tcp|rdma] [-clients C] [-rounds R]
 //
@@ -94,7 +94,7 @@ const (
 
 const usageText = `usage:
   coord keygen -n 4 -base-port 7100 -out cluster.json [-clients 64] [-gateways 1] [-host 127.0.0.1 | -addrs H:P,...] [-split DIR]
-  coord replica -id I -cluster cluster.json [-data-dir DIR] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
+  coord replica -id I -cluster cluster.json [-data-dir DIR] [-metrics-addr ADDR] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
   coord gateway -cluster cluster.json -listen HOST:PORT [-gateway I | -ids FIRST-LAST] [-claim-wait D] [-max-client-cnxns 60] [-max-client-sessions 120] [-max-conns 1024] [-four-letter-words ruok,isro,srvr,mntr] [-metrics-addr ADDR] [-transport tcp|rdma] [-v] [-cpuprofile FILE]
   coord demo [-transport tcp|rdma] [-clients C] [-rounds R]
 `

@@ -10,11 +10,15 @@ import (
 	"os"
 	"runtime/pprof"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
 	"github.com/rubin-go/rubin"
 	"github.com/rubin-go/rubin/bft"
 	"github.com/rubin-go/rubin/bft/auth"
 	"github.com/rubin-go/rubin/bft/node"
 	"github.com/rubin-go/rubin/coord"
+	"github.com/rubin-go/rubin/metrics"
 )
 
 // clusterFlags are the flags of the commands that join a cluster: the
@@ -79,11 +83,12 @@ var newApp = func(c coord.Config) bft.App { return coord.New(c) }
 func runReplica(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cf clusterFlags
 	var id int
-	var dataDir string
+	var dataDir, metricsAddr string
 	err := parseFlags("replica", args, stderr, func(fs *flag.FlagSet) {
 		cf.register(fs)
 		fs.IntVar(&id, "id", -1, "this replica's index in the cluster file")
 		fs.StringVar(&dataDir, "data-dir", "", "persist the log and snapshots in `dir` and recover from it at start; without it the replica keeps everything in memory")
+		fs.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics")
 	})
 	if err != nil {
 		return err
@@ -95,17 +100,37 @@ func runReplica(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if id < 0 || id >= len(c.Replicas) {
 		return fmt.Errorf("%w: -id %d is not a replica of %s (0 to %d)", errUsage, id, cf.path, len(c.Replicas)-1)
 	}
-	r, err := node.NewReplica(node.ReplicaConfig{
+	logger := cf.logger(stderr).With("replica", id)
+	var reg *prometheus.Registry
+	if metricsAddr != "" {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	rcfg := node.ReplicaConfig{
 		Cluster:   c,
 		ID:        bft.ReplicaID(id),
 		Transport: &cf.transport,
 		App:       newApp(coord.Config{Clients: clientIDs(c)}),
 		Core:      coreConfig(),
-		Logger:    cf.logger(stderr).With("replica", id),
+		Logger:    logger,
 		DataDir:   dataDir,
-	})
+	}
+	if reg != nil {
+		rcfg.Registerer = reg
+	}
+	r, err := node.NewReplica(rcfg)
 	if err != nil {
 		return err
+	}
+	if reg != nil {
+		loop := metrics.New()
+		loop.AddStats(fmt.Sprintf("replica-%d", id), r.LoopStats)
+		reg.MustRegister(loop)
+		addr, err := metrics.Serve(ctx, metricsAddr, reg, slog.NewLogLogger(logger.Handler(), slog.LevelError))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "replica %d metrics on http://%v/metrics\n", id, addr)
 	}
 	go func() {
 		select {
