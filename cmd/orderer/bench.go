@@ -19,7 +19,6 @@ import (
 
 	cb "github.com/hyperledger/fabric-protos-go-apiv2/common"
 	ab "github.com/hyperledger/fabric-protos-go-apiv2/orderer"
-	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rubin-go/rubin"
@@ -246,21 +245,6 @@ collect:
 	fmt.Fprintf(stdout, "ratio to the bound: %.2f (target 0.6, stretch 0.8: %s)\n", rate/bound, verdict)
 	fmt.Fprintf(stdout, "broadcast to delivery: p50 %v, p99 %v (%d envelopes)\n", stats.Percentile(lat, 50).Round(10*time.Microsecond), stats.Percentile(lat, 99).Round(10*time.Microsecond), len(lat))
 	return nil
-}
-
-// affinity returns the CPUs this process may run on, as a set.
-func affinity() string {
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		return "(affinity unknown)"
-	}
-	var cpus []int
-	for i := range 1024 {
-		if set.IsSet(i) {
-			cpus = append(cpus, i)
-		}
-	}
-	return fmt.Sprint(cpus)
 }
 
 // verifyTime returns the median time of one crypto/ecdsa P-256
