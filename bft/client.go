@@ -65,7 +65,13 @@ type Client struct {
 	sends   []Envelope
 	done    []Result
 	notes   noteQueue
+	dissent []uint64 // Ready's Dissent, nil while all replies agreed
+	recent  []Result // the last recentResults results of ordered requests, oldest first
 }
+
+// recentResults is how many results of ordered requests a client keeps
+// after giving them out, to compare late replies with (Dissent).
+const recentResults = 8
 
 // outstanding is a request awaiting its result, or holding its result
 // until the earlier ones have theirs.
@@ -99,6 +105,16 @@ type ClientReady struct {
 	Done     []Result
 	// Notes are the notifications delivered, in number order.
 	Notes []Note
+	// Dissent is nil, or counts by replica the replies to ordered
+	// requests that differed from the result f+1 replicas agreed on, since
+	// the last Ready: correct replicas execute the same requests in the
+	// same order and reply alike, so each is a fault of its sender (a
+	// lie, or a state that diverged). A reply is compared with its result
+	// when it came before it, or after it while the client still holds
+	// the result (its request's or one of the last recentResults).
+	// Replies to read-only requests are not compared: a correct replica
+	// that lags answers them from an older state.
+	Dissent []uint64
 }
 
 // NewClient validates cfg and fills its defaults.
@@ -222,6 +238,7 @@ func (c *Client) Step(from ReplicaID, rep *Reply) error {
 		// Every request's replies after the f+1st end here: not
 		// formatted, it is the common case. So do answers to an
 		// earlier read of the same timestamp (another Nonce).
+		c.compareLate(rep, o)
 		return errLateReply
 	}
 	o.replies[from] = rep
@@ -262,6 +279,13 @@ func (c *Client) Step(from ReplicaID, rep *Reply) error {
 		c.view = v
 	}
 	o.result = &Result{Timestamp: rep.Timestamp, Result: rep.Result, Notes: rep.Notes, ReadOnly: rep.ReadOnly}
+	if !rep.ReadOnly {
+		for _, a := range o.replies {
+			if !sameResult(a, rep) {
+				c.dissented(a.Replica)
+			}
+		}
+	}
 	o.replies = nil
 	if !o.resent && !rep.ReadOnly {
 		// Halve the wait while it stays above twice this request's
@@ -274,7 +298,14 @@ func (c *Client) Step(from ReplicaID, rep *Reply) error {
 	// Results come out in timestamp order.
 	k := 0
 	for k < len(c.out) && c.out[k].result != nil {
-		c.done = append(c.done, *c.out[k].result)
+		r := *c.out[k].result
+		c.done = append(c.done, r)
+		if !r.ReadOnly {
+			if len(c.recent) == recentResults {
+				c.recent = slices.Delete(c.recent, 0, 1)
+			}
+			c.recent = append(c.recent, r)
+		}
 		k++
 	}
 	if k > 0 {
@@ -287,6 +318,32 @@ func (c *Client) Step(from ReplicaID, rep *Reply) error {
 
 func sameResult(a, b *Reply) bool {
 	return a.Notes == b.Notes && bytes.Equal(a.Result, b.Result)
+}
+
+// compareLate compares a reply that Step takes no more for its request,
+// o if that is still outstanding, with the request's result if the
+// client has it (see ClientReady.Dissent).
+func (c *Client) compareLate(rep *Reply, o *outstanding) {
+	if rep.ReadOnly {
+		return
+	}
+	var r *Result
+	if o != nil {
+		r = o.result
+	} else if i := slices.IndexFunc(c.recent, func(r Result) bool { return r.Timestamp == rep.Timestamp }); i >= 0 {
+		r = &c.recent[i]
+	}
+	if r != nil && !r.ReadOnly && (r.Notes != rep.Notes || !bytes.Equal(r.Result, rep.Result)) {
+		c.dissented(rep.Replica)
+	}
+}
+
+// dissented counts a reply of replica r that differed from its result.
+func (c *Client) dissented(r ReplicaID) {
+	if c.dissent == nil {
+		c.dissent = make([]uint64, c.cfg.N)
+	}
+	c.dissent[r]++
 }
 
 // Tick advances the client's clock; after RetransmitTicks without a
@@ -340,12 +397,16 @@ const maxRetransmitBackoff = 3
 // Outstanding reports whether a request awaits its result.
 func (c *Client) Outstanding() bool { return len(c.out) > 0 }
 
+// Dissented reports whether the next Ready has Dissent, which a reply
+// Step refused as late may have added.
+func (c *Client) Dissented() bool { return c.dissent != nil }
+
 // InFlight is the number of requests outstanding.
 func (c *Client) InFlight() int { return len(c.out) }
 
 // Ready returns what accumulated since the last call and clears it.
 func (c *Client) Ready() ClientReady {
-	rd := ClientReady{Messages: c.sends, Done: c.done, Notes: c.notes.ready}
-	c.sends, c.done, c.notes.ready = nil, nil, nil
+	rd := ClientReady{Messages: c.sends, Done: c.done, Notes: c.notes.ready, Dissent: c.dissent}
+	c.sends, c.done, c.notes.ready, c.dissent = nil, nil, nil, nil
 	return rd
 }

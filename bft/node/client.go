@@ -143,8 +143,6 @@ type slot struct {
 	// on: a replica that has not seen the identity on its current link
 	// gets its next request too (see Client).
 	seen []*peerLink
-	// dissent compares the replicas' replies with the results.
-	dissent dissent
 }
 
 type call struct {
@@ -480,7 +478,6 @@ func (c *Client) drop(cl *call) {
 		return // impossible: the configuration was valid before
 	}
 	s.core = core
-	s.dissent.reset()
 	clear(s.calls)
 	s.calls = s.calls[:0]
 	c.free = append(c.free, s)
@@ -507,23 +504,22 @@ func (c *Client) stepOne(from bft.ReplicaID, rep *bft.Reply) {
 		c.m.dropped.inc(reasonInvalid)
 		return
 	}
-	err := s.core.Step(from, rep)
-	if r, ok := s.dissent.reply(from, rep, err, s.lastTS); ok {
-		c.mismatch(r)
-	}
-	if err != nil {
+	if err := s.core.Step(from, rep); err != nil {
 		c.m.dropped.inc(stepReason(err))
+		if s.core.Dissented() {
+			c.touch(s) // a late reply differed from its result
+		}
 		return
 	}
 	c.touch(s)
 }
 
-// mismatch counts a reply of replica r that differed from the result f+1
-// replicas agreed on.
-func (c *Client) mismatch(r bft.ReplicaID) {
-	if int(r) < len(c.m.mismatches) {
-		c.m.mismatches[r].Inc()
-		c.mismatches[r].Add(1)
+// mismatch counts n replies of replica r that differed from the result
+// f+1 replicas agreed on.
+func (c *Client) mismatch(r int, n uint64) {
+	if r < len(c.m.mismatches) {
+		c.m.mismatches[r].Add(float64(n))
+		c.mismatches[r].Add(n)
 	}
 }
 
@@ -585,10 +581,12 @@ func (c *Client) collect() {
 				c.cfg.OnNote(s.ccfg.ID, nt)
 			}
 		}
-		for _, d := range rd.Done {
-			for _, r := range s.dissent.result(d) {
-				c.mismatch(r)
+		for r, n := range rd.Dissent {
+			if n > 0 {
+				c.mismatch(r, n)
 			}
+		}
+		for _, d := range rd.Done {
 			c.complete(s, d)
 		}
 		if len(rd.Done) > 0 && len(c.pending) > 0 {
