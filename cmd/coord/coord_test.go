@@ -20,6 +20,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/rubin-go/rubin/bft/auth"
+	"github.com/rubin-go/rubin/internal/proctest"
 )
 
 func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -54,22 +55,7 @@ func TestUsageErrors(t *testing.T) {
 }
 
 // syncBuffer is a buffer a command writes while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type syncBuffer = proctest.Buffer
 
 // announced waits for a gateway's announcement on its output and returns
 // its address.

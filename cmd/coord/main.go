@@ -66,9 +66,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -102,10 +100,6 @@ const usageText = `usage:
 // errUsage marks an error in the command line.
 var errUsage = cli.ErrUsage
 
-// errReported marks a usage error that the flag package has already
-// printed.
-var errReported = cli.ErrReported
-
 var commands = map[string]cli.Command{
 	"keygen":  runKeygen,
 	"replica": runReplica,
@@ -119,24 +113,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return cli.Run(ctx, "coord", usageText, commands, args, stdout, stderr)
 }
 
-// parseFlags makes a flag set for the subcommand, lets define add its
-// flags, and parses args, which must have no positional arguments.
+// parseFlags parses the flags of subcommand name (see cli.ParseFlags).
 func parseFlags(name string, args []string, stderr io.Writer, define func(fs *flag.FlagSet)) error {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, usageText, "\nflags of coord "+name+":\n")
-		fs.PrintDefaults()
-	}
-	define(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %w", errReported, err)
-	}
-	if fs.NArg() != 0 {
-		return fmt.Errorf("%w: coord %s takes no arguments after its flags, got %q", errUsage, name, fs.Args())
-	}
-	return nil
+	return cli.ParseFlags("coord", name, usageText, args, stderr, define)
 }

@@ -1,12 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +18,7 @@ import (
 	"github.com/rubin-go/rubin/bft"
 	"github.com/rubin-go/rubin/coord"
 	"github.com/rubin-go/rubin/coord/coordtest"
+	"github.com/rubin-go/rubin/internal/proctest"
 )
 
 // TestMain lets the test binary stand in for the coord command: with
@@ -47,41 +48,7 @@ func startProcess(t *testing.T, file, dataDir string, id int, env ...string) (*e
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "replica", "-id", strconv.Itoa(id), "-cluster", file, "-data-dir", dataDir, "-transport", "tcp")
 	cmd.Env = append(append(os.Environ(), "RUBIN_COORD_EXEC=1"), env...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr := new(syncBuffer)
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	listening := make(chan bool, 1)
-	go func() {
-		s := bufio.NewScanner(stdout)
-		found := false
-		for s.Scan() {
-			if !found && strings.HasPrefix(s.Text(), fmt.Sprintf("replica %d listening", id)) {
-				found = true
-				listening <- true
-			}
-		}
-		if !found {
-			listening <- false
-		}
-	}()
-	select {
-	case ok := <-listening:
-		if !ok {
-			t.Fatalf("replica %d exited before listening: %s", id, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("replica %d did not listen within 30s: %s", id, stderr.String())
-	}
+	_, stderr := proctest.Start(t, cmd, regexp.MustCompile(fmt.Sprintf(`^replica %d listening`, id)), 30*time.Second)
 	return cmd, stderr
 }
 
