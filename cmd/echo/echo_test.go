@@ -217,6 +217,25 @@ func TestGoNetEcho(t *testing.T) {
 // for the first), and returns what to send back.
 func brokenEcho(t *testing.T, ln net.Listener, size int, corrupt func(msg, prev []byte) []byte) {
 	t.Helper()
+	serveConns(t, ln, func(c net.Conn) {
+		var prev []byte
+		for {
+			msg := make([]byte, size)
+			if _, err := io.ReadFull(c, msg); err != nil {
+				return
+			}
+			if _, err := c.Write(corrupt(msg, prev)); err != nil {
+				return
+			}
+			prev = msg
+		}
+	})
+}
+
+// serveConns runs handle on every connection ln accepts, each on a
+// goroutine of its own, and closes the connection after it; the test's
+// cleanup closes ln and waits for them all.
+func serveConns(t *testing.T, ln net.Listener, handle func(c net.Conn)) {
 	var wg sync.WaitGroup
 	t.Cleanup(func() {
 		ln.Close()
@@ -230,17 +249,7 @@ func brokenEcho(t *testing.T, ln net.Listener, size int, corrupt func(msg, prev 
 			}
 			wg.Go(func() {
 				defer c.Close()
-				var prev []byte
-				for {
-					msg := make([]byte, size)
-					if _, err := io.ReadFull(c, msg); err != nil {
-						return
-					}
-					if _, err := c.Write(corrupt(msg, prev)); err != nil {
-						return
-					}
-					prev = msg
-				}
+				handle(c)
 			})
 		}
 	})

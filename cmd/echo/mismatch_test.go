@@ -93,23 +93,9 @@ func stallingServer(t *testing.T, echoBytes int64) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		ln.Close()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				defer c.Close()
-				io.CopyN(c, c, echoBytes)
-				io.Copy(io.Discard, c)
-			})
-		}
+	serveConns(t, ln, func(c net.Conn) {
+		io.CopyN(c, c, echoBytes)
+		io.Copy(io.Discard, c)
 	})
 	return ln.Addr().String()
 }
