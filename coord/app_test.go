@@ -65,6 +65,22 @@ func (h *harness) connect(session int64, passwd string, timeout int32) coord.Con
 	return r
 }
 
+// addRestored restores a new App from app 0's snapshot, checks that it
+// takes the same snapshot, and adds it to the harness.
+func (h *harness) addRestored() *coord.App {
+	h.t.Helper()
+	snap := h.apps[0].Snapshot()
+	c := coord.New(coord.Config{})
+	if err := c.Restore(snap); err != nil {
+		h.t.Fatal(err)
+	}
+	if !bytes.Equal(c.Snapshot(), snap) {
+		h.t.Fatal("a restored App's snapshot differs")
+	}
+	h.apps = append(h.apps, c)
+	return c
+}
+
 // conn is the number of session's connection, as its last connect gave.
 func (h *harness) conn(session int64) int32 { return h.conns[session] }
 
@@ -483,15 +499,8 @@ func TestSnapshotRestore(t *testing.T) {
 	h.do(b, 1, proto.OpGetData, &proto.GetDataRequest{Path: "/n", Watch: true})
 	h.do(a, 2, proto.OpSetData, &proto.SetDataRequest{Path: "/n", Data: []byte("2"), Version: -1})
 
-	snap := h.apps[0].Snapshot()
-	c := coord.New(coord.Config{})
-	if err := c.Restore(snap); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(c.Snapshot(), snap) {
-		t.Fatal("a restored App's snapshot differs")
-	}
-	h.apps = append(h.apps, c)
+	c := h.addRestored()
+	snap := c.Snapshot()
 	rs := h.poll(b)
 	if fs := frames(t, rs[0].Frames, 0); len(fs) != 1 || fs[0].ev.Type != proto.EventNodeDataChanged {
 		t.Fatalf("queued event after restore: %+v", fs)

@@ -1,7 +1,6 @@
 package coord_test
 
 import (
-	"bytes"
 	"testing"
 	"time"
 
@@ -75,15 +74,7 @@ func TestClaims(t *testing.T) {
 		t.Fatalf("read-only claim of a free ID: %+v %v", r, err)
 	}
 
-	snap := h.apps[0].Snapshot()
-	c := coord.New(coord.Config{})
-	if err := c.Restore(snap); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(c.Snapshot(), snap) {
-		t.Fatal("a restored App's snapshot differs")
-	}
-	h.apps = append(h.apps, c)
+	h.addRestored()
 	if r := h.claim(77, 333, ids(100, 101)); r.Status != coord.StatusOK {
 		t.Fatalf("claim of an ID the read-only claim asked about: %+v", r)
 	}
