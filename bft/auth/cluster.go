@@ -280,14 +280,8 @@ func (c *Cluster) SaveEach(dir string) error {
 	if c.Holder != nil {
 		return fmt.Errorf("auth: save each: %s's configuration lacks the others' secrets", c.Holder)
 	}
-	for i := range c.Replicas {
-		s, err := c.ForReplica(bft.ReplicaID(i))
-		if err != nil {
-			return err
-		}
-		if err := s.Save(filepath.Join(dir, fmt.Sprintf("replica-%d.json", i))); err != nil {
-			return err
-		}
+	if err := c.SaveReplicas(dir); err != nil {
+		return err
 	}
 	for _, cl := range c.Clients {
 		s, err := c.ForClient(cl.ID)
@@ -295,6 +289,21 @@ func (c *Cluster) SaveEach(dir string) error {
 			return err
 		}
 		if err := s.Save(filepath.Join(dir, fmt.Sprintf("client-%d.json", cl.ID))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SaveReplicas writes into dir, with Save, replica-<id>.json from
+// ForReplica for every replica: the files SaveEach writes for them.
+func (c *Cluster) SaveReplicas(dir string) error {
+	for i := range c.Replicas {
+		s, err := c.ForReplica(bft.ReplicaID(i))
+		if err != nil {
+			return err
+		}
+		if err := s.Save(filepath.Join(dir, fmt.Sprintf("replica-%d.json", i))); err != nil {
 			return err
 		}
 	}

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/rubin-go/rubin/bft"
 	"github.com/rubin-go/rubin/bft/auth"
 )
 
@@ -87,14 +86,8 @@ func saveParties(c *auth.Cluster, share gatewaysFile, dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	for i := range c.Replicas {
-		s, err := c.ForReplica(bft.ReplicaID(i))
-		if err != nil {
-			return err
-		}
-		if err := s.Save(filepath.Join(dir, fmt.Sprintf("replica-%d.json", i))); err != nil {
-			return err
-		}
+	if err := c.SaveReplicas(dir); err != nil {
+		return err
 	}
 	for _, g := range share.Gateways {
 		ids, err := identities(c, g.IDs)
