@@ -24,6 +24,7 @@ import (
 // its log after a restart counts those blocks again.
 type metrics struct {
 	broadcast        *prometheus.CounterVec
+	answers          map[cb.Status]prometheus.Counter // broadcast's counter of each status Fabric defines
 	cut, final       prometheus.Counter
 	envelopes, bytes prometheus.Histogram
 	wait             prometheus.Histogram
@@ -48,6 +49,10 @@ func newMetrics(reg prometheus.Registerer, id int) *metrics {
 		bytes:     hist("block_bytes", "Envelope bytes per block cut.", prometheus.ExponentialBuckets(1024, 4, 10)),
 		wait:      hist("cut_wait_seconds", "Agreed time from a block's first envelope to its cut.", prometheus.ExponentialBuckets(0.001, 2, 14)),
 	}
+	m.answers = make(map[cb.Status]prometheus.Counter, len(cb.Status_name))
+	for st := range cb.Status_name {
+		m.answers[cb.Status(st)] = m.broadcast.WithLabelValues(cb.Status(st).String())
+	}
 	reg.MustRegister(m.broadcast, m.cut, m.final, m.envelopes, m.bytes, m.wait)
 	return m
 }
@@ -63,7 +68,12 @@ func (m *metrics) Final(uint64) { m.final.Inc() }
 
 // answered counts a Broadcast answer; m may be nil.
 func (m *metrics) answered(st cb.Status) {
-	if m != nil {
-		m.broadcast.WithLabelValues(st.String()).Inc()
+	if m == nil {
+		return
 	}
+	if c, ok := m.answers[st]; ok {
+		c.Inc()
+		return
+	}
+	m.broadcast.WithLabelValues(st.String()).Inc()
 }
