@@ -3,13 +3,14 @@ package order
 import (
 	"context"
 	"crypto/ed25519"
+	"sync"
 	"time"
 
 	cb "github.com/hyperledger/fabric-protos-go-apiv2/common"
 )
 
-// Invoker orders an op through the cluster and returns its result;
-// *node.Client is one.
+// Invoker orders an op through the cluster and returns its result, and
+// may be called concurrently; *node.Client is one.
 type Invoker interface {
 	Invoke(ctx context.Context, op []byte) ([]byte, error)
 }
@@ -34,14 +35,28 @@ func (d *Duties) Run(ctx context.Context, inv Invoker, key ed25519.PrivateKey, i
 		headers, next, since := d.headers, d.next, d.since
 		d.headers = nil
 		d.mu.Unlock()
+		// The signatures are ordered at once, so that a burst of blocks
+		// cut together becomes final together.
+		failed := make([]bool, len(headers))
+		var wg sync.WaitGroup
 		for i, h := range headers {
-			if _, err := inv.Invoke(ctx, SignOp(id, h.Number, SignHeader(key, id, h))); err != nil {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				d.requeue(headers[i:])
-				break
+			wg.Go(func() {
+				_, err := inv.Invoke(ctx, SignOp(id, h.Number, SignHeader(key, id, h)))
+				failed[i] = err != nil
+			})
+		}
+		wg.Wait()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var again []*cb.BlockHeader
+		for i, h := range headers {
+			if failed[i] {
+				again = append(again, h)
 			}
+		}
+		if len(again) > 0 {
+			d.requeue(again)
 		}
 		now := time.Now()
 		if !since.IsZero() && now.Sub(since) >= d.timeout && (asked != next || now.Sub(askedAt) >= d.timeout) {

@@ -282,21 +282,54 @@ func (c *Client) InvokeRead(ctx context.Context, op []byte) ([]byte, error) {
 }
 
 func (c *Client) invoke(ctx context.Context, op []byte, read bool) callResult {
+	return c.begin(ctx, op, read).wait()
+}
+
+// A Call is a request Start handed to the Client.
+type Call struct {
+	c  *Client
+	cl *call
+	r  *callResult // set at start when the call never reached the loop
+}
+
+// Start is Invoke without the wait: the Client has the call when Start
+// returns, so calls started one after another from one goroutine start
+// in that order, and those of one identity execute in it. Wait returns
+// the result.
+func (c *Client) Start(ctx context.Context, op []byte) *Call {
+	return c.begin(ctx, op, false)
+}
+
+// Wait waits for the call's result, or for the end of Start's ctx, and
+// returns what Invoke would have. It may be called once.
+func (k *Call) Wait() ([]byte, error) {
+	r := k.wait()
+	return r.res, r.err
+}
+
+func (c *Client) begin(ctx context.Context, op []byte, read bool) *Call {
 	if err := ctx.Err(); err != nil {
-		return callResult{err: err}
+		return &Call{r: &callResult{err: err}}
 	}
 	cl := &call{op: op, read: read, ctx: ctx, start: time.Now(), done: make(chan callResult, 1)}
 	if !c.post(&c.incoming, cl) {
-		return callResult{err: ErrClosed}
+		return &Call{r: &callResult{err: ErrClosed}}
+	}
+	return &Call{c: c, cl: cl}
+}
+
+func (k *Call) wait() callResult {
+	if k.r != nil {
+		return *k.r
 	}
 	select {
-	case r := <-cl.done:
+	case r := <-k.cl.done:
 		return r
-	case <-ctx.Done():
+	case <-k.cl.ctx.Done():
 		// Tell the loop, which answers (with ctx's error, or the result
 		// if it had it first); a loop that exited answered every call.
-		c.post(&c.abandoned, cl)
-		return <-cl.done
+		k.c.post(&k.c.abandoned, k.cl)
+		return <-k.cl.done
 	}
 }
 

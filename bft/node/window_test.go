@@ -369,3 +369,40 @@ func TestClientWindowClose(t *testing.T) {
 		t.Fatalf("InvokeRead after Close: %v, want ErrClosed", err)
 	}
 }
+
+// Calls that one goroutine Starts execute in the order it started them,
+// even beyond the window, and each Wait returns its own call's result.
+func TestClientStartOrder(t *testing.T) {
+	warm(t)
+	leakcheck.Check(t)
+	tc := newTestCluster(t, 4, 1, testCore(), testTick)
+	c := tc.windowClient([]bft.ClientID{0}, 8)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var calls []*Call
+	for range 40 {
+		calls = append(calls, c.Start(ctx, kv.EncodeAdd([]byte("ctr"), 1)))
+	}
+	for i, call := range calls {
+		res, err := call.Wait()
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		v, found, err := kv.DecodeResult(res)
+		if err != nil || !found || len(v) != 8 {
+			t.Fatalf("call %d: bad result %x %v %v", i, v, found, err)
+		}
+		if got := binary.BigEndian.Uint64(v); got != uint64(i+1) {
+			t.Fatalf("call %d executed as increment %d: Start's calls execute in the order started", i, got)
+		}
+	}
+	done, cancelDone := context.WithCancel(context.Background())
+	cancelDone()
+	if _, err := c.Start(done, kv.EncodeAdd([]byte("ctr"), 1)).Wait(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Start with an ended context: %v, want Canceled", err)
+	}
+	c.Close()
+	if _, err := c.Start(ctx, kv.EncodeAdd([]byte("ctr"), 1)).Wait(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Start on a closed client: %v, want ErrClosed", err)
+	}
+}

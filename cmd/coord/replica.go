@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"runtime/pprof"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -18,6 +15,7 @@ import (
 	"github.com/rubin-go/rubin/bft/auth"
 	"github.com/rubin-go/rubin/bft/node"
 	"github.com/rubin-go/rubin/coord"
+	"github.com/rubin-go/rubin/internal/cli"
 	"github.com/rubin-go/rubin/metrics"
 )
 
@@ -47,19 +45,7 @@ func (c *clusterFlags) load() (*auth.Cluster, error) {
 
 // profiled calls run, under the CPU profile -cpuprofile asks for, if any.
 func (c *clusterFlags) profiled(run func() error) error {
-	if c.cpuProfile == "" {
-		return run()
-	}
-	f, err := os.Create(c.cpuProfile)
-	if err == nil {
-		err = pprof.StartCPUProfile(f)
-		if err == nil {
-			err = run()
-			pprof.StopCPUProfile()
-		}
-		err = errors.Join(err, f.Close())
-	}
-	return err
+	return cli.Profiled(c.cpuProfile, run)
 }
 
 func (c *clusterFlags) logger(w io.Writer) *slog.Logger {

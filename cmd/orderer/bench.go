@@ -31,6 +31,7 @@ import (
 // benchConfig is what orderer bench measures.
 type benchConfig struct {
 	streams  int           // Broadcast streams, spread over the orderers
+	window   int           // envelopes a stream sends before it waits for an answer
 	size     int           // data bytes of each envelope
 	duration time.Duration // of the load
 	warmup   time.Duration // before the steady window
@@ -39,6 +40,7 @@ type benchConfig struct {
 	dataDir  string        // "": a temporary directory
 	observe  int           // the orderer whose Deliver is observed
 	block    block.Config  // how blocks are cut; zero: Fabric's defaults
+	profile  string        // a CPU profile of the run goes there, if set
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -54,7 +56,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer os.RemoveAll(dir)
 		cfg.dataDir = dir
 	}
-	return bench(ctx, cfg, stdout)
+	return cli.Profiled(cfg.profile, func() error { return bench(ctx, cfg, stdout) })
 }
 
 // parseBench parses orderer bench's flags.
@@ -65,6 +67,7 @@ func parseBench(args []string, stderr io.Writer) (benchConfig, error) {
 	err := parseFlags("bench", args, stderr, func(fs *flag.FlagSet) {
 		flags = fs
 		fs.IntVar(&cfg.streams, "streams", 32, "Broadcast streams, spread over the four orderers")
+		fs.IntVar(&cfg.window, "window", 8, "envelopes each stream has sent and not had answered, at most")
 		fs.IntVar(&cfg.size, "size", 1024, "data bytes in each envelope")
 		fs.DurationVar(&cfg.duration, "duration", 30*time.Second, "how long the streams write")
 		fs.DurationVar(&cfg.warmup, "warmup", 5*time.Second, "the start of the load left out of the steady window")
@@ -72,6 +75,7 @@ func parseBench(args []string, stderr io.Writer) (benchConfig, error) {
 		fs.IntVar(&cfg.envs, "envelopes", 0, "envelopes to sign beforehand (default: enough to write at the bound for -duration)")
 		fs.StringVar(&cfg.dataDir, "data-dir", "", "keep the orderers' data in `dir`/0..3, which must not hold an earlier run's (default: a temporary directory, removed after)")
 		fs.IntVar(&cfg.observe, "observe", 0, "the orderer whose Deliver stream is observed")
+		fs.StringVar(&cfg.profile, "cpuprofile", "", "write a CPU profile of the whole run, orderers and load, to `file`")
 		fs.BoolVar(&quick, "quick", false, "a run of a few seconds for CI: -duration 3s -warmup 1s -verify-samples 300 -envelopes 6000, unless given")
 	})
 	if err != nil {
@@ -95,7 +99,7 @@ func parseBench(args []string, stderr io.Writer) (benchConfig, error) {
 		}
 	}
 	switch {
-	case cfg.streams < 1, cfg.size < 0, cfg.samples < 1, cfg.envs < 0:
+	case cfg.streams < 1, cfg.window < 1, cfg.size < 0, cfg.samples < 1, cfg.envs < 0:
 		return cfg, fmt.Errorf("%w: -streams and -verify-samples must be positive, -size and -envelopes not negative", cli.ErrUsage)
 	case cfg.warmup < 0 || cfg.duration <= cfg.warmup:
 		return cfg, fmt.Errorf("%w: -duration %v must be longer than -warmup %v", cli.ErrUsage, cfg.duration, cfg.warmup)
@@ -132,7 +136,7 @@ func bench(ctx context.Context, cfg benchConfig, stdout io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "load: %d Broadcast streams (spread over the orderers), %d envelopes of %d data bytes (%d bytes each), signed beforehand in %v\n", cfg.streams, n, cfg.size, len(envs.raw[0]), time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "load: %d Broadcast streams (spread over the orderers), each with up to %d envelopes unanswered, %d envelopes of %d data bytes (%d bytes each), signed beforehand in %v\n", cfg.streams, cfg.window, n, cfg.size, len(envs.raw[0]), time.Since(start).Round(time.Millisecond))
 
 	nb := cfg.block.Normalized()
 	batching := "default batching"
@@ -163,7 +167,7 @@ func bench(ctx context.Context, cfg benchConfig, stdout io.Writer) (err error) {
 	loadErr := make(chan error, cfg.streams)
 	for s := range cfg.streams {
 		wg.Go(func() {
-			if err := writeStream(lctx, clients[s%len(clients)], envs, &next, &refused); err != nil && lctx.Err() == nil {
+			if err := writeStream(lctx, clients[s%len(clients)], cfg.window, envs, &next, &refused); err != nil && lctx.Err() == nil {
 				loadErr <- err
 			}
 		})
@@ -316,14 +320,41 @@ func presign(s *ordertest.Signer, n, size int) (*presigned, error) {
 	return p, nil
 }
 
-// writeStream broadcasts the next envelopes on one stream, one at a time
-// as the orderers answer, until ctx ends or they run out.
-func writeStream(ctx context.Context, c ab.AtomicBroadcastClient, p *presigned, next, refused *atomic.Int64) error {
+// writeStream broadcasts the next envelopes on one stream, keeping up to
+// window of them unanswered, until ctx ends or they run out.
+func writeStream(ctx context.Context, c ab.AtomicBroadcastClient, window int, p *presigned, next, refused *atomic.Int64) error {
 	stream, err := c.Broadcast(ctx)
 	if err != nil {
 		return err
 	}
+	// The answers come in the order sent; credit holds a token for each
+	// envelope that may be sent before the next answer.
+	credit := make(chan struct{}, window)
+	for range window {
+		credit <- struct{}{}
+	}
+	answered := make(chan error, 1)
+	go func() {
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				answered <- err
+				return
+			}
+			if r.Status != cb.Status_SUCCESS {
+				refused.Add(1)
+			}
+			credit <- struct{}{}
+		}
+	}()
 	for {
+		select {
+		case <-credit:
+		case err := <-answered:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 		i := next.Add(1) - 1
 		if i >= int64(len(p.envs)) {
 			return stream.CloseSend()
@@ -331,13 +362,6 @@ func writeStream(ctx context.Context, c ab.AtomicBroadcastClient, p *presigned, 
 		p.sentAt[i].Store(time.Now().UnixNano())
 		if err := stream.Send(p.envs[i]); err != nil {
 			return err
-		}
-		r, err := stream.Recv()
-		if err != nil {
-			return err
-		}
-		if r.Status != cb.Status_SUCCESS {
-			refused.Add(1)
 		}
 	}
 }

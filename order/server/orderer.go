@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	ab "github.com/hyperledger/fabric-protos-go-apiv2/orderer"
@@ -31,14 +32,21 @@ const MaxOpSize = 1 << 20
 // CoreConfig is the orderers' protocol tuning: the defaults, with room
 // for envelopes up to block.Config's AbsoluteMaxBytes.
 func CoreConfig() bft.Config {
-	return bft.Config{MaxOpSize: MaxOpSize, MaxBatchBytes: 2 * MaxOpSize}
+	return bft.Config{MaxOpSize: MaxOpSize, MaxBatchBytes: 2 * MaxOpSize, ClientWindow: ClientWindow}
 }
+
+// ClientWindow is how many envelopes an orderer has in ordering at once
+// (bft.Config.ClientWindow): enough for the Broadcast streams it serves
+// to keep a batch filling while the last one is ordered.
+const ClientWindow = 64
 
 // OrdererConfig is one orderer of a cluster.
 type OrdererConfig struct {
-	// Cluster holds the orderers' addresses and keys; orderer i orders
-	// through client identity i, so the cluster has a client per
-	// orderer at least.
+	// Cluster holds the orderers' addresses and keys. Orderer i of n
+	// orders the envelopes it receives through client identity i and
+	// its duties (block signatures and timeout cuts) through identity
+	// n+i (ClientIDs), so the cluster has two clients per orderer at
+	// least (orderer keygen makes them).
 	Cluster *auth.Cluster
 	ID      bft.ReplicaID
 	// Transport is the replicas' and clients' transport (nil: TCP).
@@ -85,6 +93,16 @@ type Orderer struct {
 	ledger  *ledger.Ledger // opened by NewOrderer, closed by Run
 }
 
+// ClientIDs returns the client identities orderer id of n orders
+// through: the envelopes it receives through the first, its duties
+// through the second. The duties have a lane of their own so that block
+// signatures never wait behind envelopes: a block becomes final only
+// once they are ordered, and envelopes are refused while MaxUnfinal
+// blocks wait for theirs.
+func ClientIDs(n int, id bft.ReplicaID) (envelopes, duties bft.ClientID) {
+	return bft.ClientID(id), bft.ClientID(n + int(id))
+}
+
 // BlocksDir is the subdirectory of an orderer's data directory that
 // holds its ledger of blocks.
 const BlocksDir = "blocks"
@@ -97,6 +115,12 @@ func NewOrderer(cfg OrdererConfig) (*Orderer, error) {
 	c := cfg.Cluster
 	if c == nil || int(cfg.ID) >= c.N() || cfg.Listener == nil {
 		return nil, errors.New("server: an orderer needs its cluster, an ID in it and a listener")
+	}
+	envID, dutyID := ClientIDs(c.N(), cfg.ID)
+	for _, id := range []bft.ClientID{envID, dutyID} {
+		if !slices.ContainsFunc(c.Clients, func(k auth.Client) bool { return k.ID == id }) {
+			return nil, fmt.Errorf("server: the cluster holds no client %d for orderer %d: an orderer needs clients i and n+i (orderer keygen makes them)", id, cfg.ID)
+		}
 	}
 	if len(c.Replicas[cfg.ID].PrivateKey) != ed25519.SeedSize {
 		return nil, fmt.Errorf("server: the cluster holds no key of orderer %d", cfg.ID)
@@ -212,7 +236,15 @@ func (o *Orderer) Run(ctx context.Context) error {
 		}
 		cancel()
 	})
-	client, err := node.NewClient(ctx, node.ClientConfig{Cluster: o.cfg.Cluster, ID: bft.ClientID(o.cfg.ID), Window: 16, Transport: o.cfg.Transport, Logger: o.cfg.Logger})
+	envID, dutyID := ClientIDs(o.cfg.Cluster.N(), o.cfg.ID)
+	client, err := node.NewClient(ctx, node.ClientConfig{Cluster: o.cfg.Cluster, ID: envID, Window: ClientWindow, Transport: o.cfg.Transport, Logger: o.cfg.Logger})
+	var duty *node.Client
+	if err == nil {
+		duty, err = node.NewClient(ctx, node.ClientConfig{Cluster: o.cfg.Cluster, ID: dutyID, Window: 16, Transport: o.cfg.Transport, Logger: o.cfg.Logger})
+		if err != nil {
+			client.Close()
+		}
+	}
 	if err != nil {
 		cancel()
 		wg.Wait()
@@ -221,7 +253,7 @@ func (o *Orderer) Run(ctx context.Context) error {
 	}
 	o.srv.cfg.Invoker = client
 	wg.Go(func() {
-		if err := o.app.Duties().Run(ctx, client, o.key, uint32(o.cfg.ID)); err != nil && ctx.Err() == nil {
+		if err := o.app.Duties().Run(ctx, duty, o.key, uint32(o.cfg.ID)); err != nil && ctx.Err() == nil {
 			errs <- err
 		}
 	})
@@ -244,6 +276,7 @@ func (o *Orderer) Run(ctx context.Context) error {
 	<-ctx.Done()
 	gs.Stop()
 	client.Close()
+	duty.Close()
 	wg.Wait()
 	close(errs)
 	return <-errs

@@ -9,9 +9,13 @@
 // Writers policy: a refusal is answered at once, BAD_REQUEST, NOT_FOUND
 // or FORBIDDEN with the reason in Info), then ordered through the
 // cluster, and answered with the status its execution gave: SUCCESS once
-// it is ordered, hence in the next block cut. A stream's envelopes are
-// handled one at a time, in order: one response per envelope, in order,
-// and one envelope in memory per stream.
+// it is ordered, hence in the next block cut. A client may send a
+// stream's envelopes without waiting for their answers: up to
+// StreamWindow of them are ordered at once, and they are ordered, and
+// answered, in the order they came, one response per envelope. The
+// envelopes being ordered for all streams together take at most
+// MaxBroadcastBytes; a stream past either bound is not read until
+// answers free room.
 //
 // # Deliver
 //
@@ -47,8 +51,10 @@ import (
 
 	cb "github.com/hyperledger/fabric-protos-go-apiv2/common"
 	ab "github.com/hyperledger/fabric-protos-go-apiv2/orderer"
+	"golang.org/x/sync/semaphore"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rubin-go/rubin/bft/node"
 	"github.com/rubin-go/rubin/order"
 	"github.com/rubin-go/rubin/order/envelope"
 )
@@ -65,11 +71,25 @@ type Config struct {
 	// Chain holds the final blocks Deliver sends.
 	Chain *order.Chain
 	// Invoker orders Broadcast's envelopes.
-	Invoker order.Invoker
+	Invoker Starter
 	// AbsoluteMaxBytes refuses larger envelopes before ordering them (0:
 	// no check here; the App checks anyway).
 	AbsoluteMaxBytes int
-	Logger           *slog.Logger // nil: discard
+	// StreamWindow is how many envelopes of one Broadcast stream are
+	// ordered at once (default 32).
+	StreamWindow int
+	// MaxBroadcastBytes bounds the encoded envelopes of every stream
+	// that are being ordered, together (default 64 MiB, at least
+	// AbsoluteMaxBytes).
+	MaxBroadcastBytes int
+	Logger            *slog.Logger // nil: discard
+}
+
+// Starter starts ordering an op without waiting for its result, and
+// orders the ops one goroutine starts in the order it started them;
+// *node.Client is one.
+type Starter interface {
+	Start(ctx context.Context, op []byte) *node.Call
 }
 
 // Server implements ab.AtomicBroadcastServer. Its methods may be called
@@ -77,7 +97,8 @@ type Config struct {
 type Server struct {
 	ab.UnimplementedAtomicBroadcastServer
 	cfg     Config
-	metrics *metrics // nil: none
+	budget  *semaphore.Weighted // of MaxBroadcastBytes
+	metrics *metrics            // nil: none
 }
 
 var _ ab.AtomicBroadcastServer = (*Server)(nil)
@@ -87,34 +108,82 @@ func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{cfg: cfg}
+	if cfg.StreamWindow <= 0 {
+		cfg.StreamWindow = 32
+	}
+	if cfg.MaxBroadcastBytes <= 0 {
+		cfg.MaxBroadcastBytes = 64 << 20
+	}
+	cfg.MaxBroadcastBytes = max(cfg.MaxBroadcastBytes, cfg.AbsoluteMaxBytes)
+	return &Server{cfg: cfg, budget: semaphore.NewWeighted(int64(cfg.MaxBroadcastBytes))}
 }
 
-// Broadcast answers each envelope of the stream in order.
+// Broadcast answers each envelope of the stream, in order, ordering up
+// to StreamWindow of them at once.
 func (s *Server) Broadcast(stream ab.AtomicBroadcast_BroadcastServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	pending := make(chan *answer, s.cfg.StreamWindow-1)
+	sent := make(chan error, 1)
+	go func() { sent <- s.answer(ctx, cancel, stream, pending) }()
 	for {
 		env, err := stream.Recv()
 		if err != nil {
-			return nil // io.EOF or the stream's end: nothing more to answer
+			break // io.EOF or the stream's end: answer what was read
 		}
-		resp := s.broadcast(stream.Context(), env)
-		s.metrics.answered(resp.Status)
-		if err := stream.Send(resp); err != nil {
-			return err
+		a := s.broadcast(ctx, env)
+		select {
+		case pending <- a:
+			continue
+		case <-ctx.Done():
+			a.wait()
 		}
-		if resp.Status == cb.Status_SERVICE_UNAVAILABLE && stream.Context().Err() != nil {
-			return stream.Context().Err()
-		}
+		break
 	}
+	close(pending)
+	return <-sent
 }
 
-func (s *Server) broadcast(ctx context.Context, env *cb.Envelope) *ab.BroadcastResponse {
+// answer sends the answers of pending in order as they come, until
+// pending is closed or a send fails; then it waits for the rest, so
+// that the envelopes' budget is back when Broadcast returns.
+func (s *Server) answer(ctx context.Context, cancel func(), stream ab.AtomicBroadcast_BroadcastServer, pending <-chan *answer) error {
+	var failed error
+	for a := range pending {
+		resp := a.wait()
+		if failed != nil {
+			continue
+		}
+		s.metrics.answered(resp.Status)
+		if err := stream.Send(resp); err != nil {
+			failed = err
+		} else if resp.Status == cb.Status_SERVICE_UNAVAILABLE && ctx.Err() != nil {
+			failed = ctx.Err()
+		}
+		if failed != nil {
+			cancel()
+		}
+	}
+	return failed
+}
+
+// answer is the answer to one envelope, there at once (resp) or once
+// its ordering ends (call), with the budget it holds till then.
+type answer struct {
+	s    *Server
+	resp *ab.BroadcastResponse
+	call *node.Call
+	held int64
+}
+
+// broadcast checks env and starts ordering it if it passes.
+func (s *Server) broadcast(ctx context.Context, env *cb.Envelope) *answer {
 	raw, err := proto.Marshal(env)
 	if err != nil {
-		return &ab.BroadcastResponse{Status: cb.Status_BAD_REQUEST, Info: err.Error()}
+		return &answer{resp: &ab.BroadcastResponse{Status: cb.Status_BAD_REQUEST, Info: err.Error()}}
 	}
 	if s.cfg.AbsoluteMaxBytes > 0 && len(raw) > s.cfg.AbsoluteMaxBytes {
-		return &ab.BroadcastResponse{Status: cb.Status_BAD_REQUEST, Info: "the envelope exceeds AbsoluteMaxBytes"}
+		return &answer{resp: &ab.BroadcastResponse{Status: cb.Status_BAD_REQUEST, Info: "the envelope exceeds AbsoluteMaxBytes"}}
 	}
 	p, err := envelope.ParseEnvelope(env, s.cfg.Channel)
 	if err == nil {
@@ -124,17 +193,34 @@ func (s *Server) broadcast(ctx context.Context, env *cb.Envelope) *ab.BroadcastR
 		err = s.cfg.Writers.Authorize(p, time.Now())
 	}
 	if err != nil {
-		return refusal(err)
+		return &answer{resp: refusal(err)}
 	}
-	res, err := s.cfg.Invoker.Invoke(ctx, order.EnvelopeOp(raw))
+	held := int64(min(len(raw), s.cfg.MaxBroadcastBytes))
+	if err := s.budget.Acquire(ctx, held); err != nil {
+		return &answer{resp: &ab.BroadcastResponse{Status: cb.Status_SERVICE_UNAVAILABLE, Info: "not ordered: " + err.Error()}}
+	}
+	return &answer{s: s, call: s.cfg.Invoker.Start(ctx, order.EnvelopeOp(raw)), held: held}
+}
+
+// wait returns the answer, once there.
+func (a *answer) wait() *ab.BroadcastResponse {
+	if a.call == nil {
+		return a.resp
+	}
+	res, err := a.call.Wait()
+	a.call = nil
+	a.s.budget.Release(a.held)
 	if err != nil {
-		return &ab.BroadcastResponse{Status: cb.Status_SERVICE_UNAVAILABLE, Info: "not ordered: " + err.Error()}
+		a.resp = &ab.BroadcastResponse{Status: cb.Status_SERVICE_UNAVAILABLE, Info: "not ordered: " + err.Error()}
+		return a.resp
 	}
 	r, err := order.ParseResult(res)
 	if err != nil {
-		return &ab.BroadcastResponse{Status: cb.Status_INTERNAL_SERVER_ERROR, Info: err.Error()}
+		a.resp = &ab.BroadcastResponse{Status: cb.Status_INTERNAL_SERVER_ERROR, Info: err.Error()}
+		return a.resp
 	}
-	return &ab.BroadcastResponse{Status: r.Status, Info: r.Info}
+	a.resp = &ab.BroadcastResponse{Status: r.Status, Info: r.Info}
+	return a.resp
 }
 
 func refusal(err error) *ab.BroadcastResponse {

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"errors"
@@ -78,7 +79,7 @@ func startCluster(t *testing.T, bc block.Config, opts ...clusterOption) *cluster
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, err := auth.Generate(4, 5, "127.0.0.1", 1, nil)
+	cl, err := auth.Generate(4, 9, "127.0.0.1", 1, nil) // the orderers' eight (server.ClientIDs) and one more
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,6 +263,66 @@ func TestBroadcastDeliver(t *testing.T) {
 	}
 }
 
+// TestBroadcastPipelined sends a stream's envelopes, good and bad mixed,
+// without waiting for answers: every envelope is answered, in the order
+// sent, and the good ones reach the chain once each, in that order too.
+func TestBroadcastPipelined(t *testing.T) {
+	c := startCluster(t, block.Config{MaxMessageCount: 7, BatchTimeout: 100 * time.Millisecond})
+	var envs, good, bad []*cb.Envelope
+	var want []cb.Status
+	for i := range 60 {
+		e := mustEnvelope(t, c.writer, cb.HeaderType_ENDORSER_TRANSACTION, channel, fmt.Sprintf("tx %d", i))
+		status := cb.Status_SUCCESS
+		if i%9 == 4 {
+			e = mustEnvelope(t, c.forger, cb.HeaderType_ENDORSER_TRANSACTION, channel, fmt.Sprintf("forged %d", i))
+			status = cb.Status_FORBIDDEN
+			bad = append(bad, e)
+		} else {
+			good = append(good, e)
+		}
+		envs, want = append(envs, e), append(want, status)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := c.dial(t, 1).Broadcast(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range envs {
+		if err := stream.Send(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range envs {
+		r, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("answer %d: %v", i, err)
+		}
+		if r.Status != want[i] {
+			t.Errorf("envelope %d: %v %q, want %v", i, r.Status, r.Info, want[i])
+		}
+	}
+	if _, err := stream.Recv(); err != io.EOF {
+		t.Fatalf("after the last answer: %v, want EOF", err)
+	}
+	blocks := c.deliverUntil(t, 2, len(good))
+	if err := ordertest.CheckDelivered([][]*cb.Block{blocks}, good, bad); err != nil {
+		t.Fatal(err)
+	}
+	var got [][]byte
+	for _, b := range blocks {
+		got = append(got, b.Data.Data...)
+	}
+	for i, e := range good {
+		if !bytes.Equal(got[i], mustMarshal(t, e)) {
+			t.Fatalf("block data %d is not the stream's envelope %d: a stream's envelopes are ordered as sent", i, i)
+		}
+	}
+}
+
 // seek sends one seek request on stream and returns the numbers of the
 // blocks delivered and the status that ended it.
 func seek(t *testing.T, stream ab.AtomicBroadcast_DeliverClient, env *cb.Envelope) ([]uint64, cb.Status) {
@@ -374,7 +435,7 @@ func TestByzantineOrderer(t *testing.T) {
 	c := startCluster(t, block.Config{MaxMessageCount: 2, BatchTimeout: time.Hour})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	byz, err := node.NewClient(ctx, node.ClientConfig{Cluster: c.auth, ID: 4})
+	byz, err := node.NewClient(ctx, node.ClientConfig{Cluster: c.auth, ID: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
