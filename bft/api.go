@@ -45,6 +45,47 @@ type Querier interface {
 	Query(ctx QueryContext, op []byte) (result []byte)
 }
 
+// Validator is an App that refuses some requests before they are
+// ordered, by a check that depends on the request alone, that every
+// correct replica answers alike, and that costs too much to repeat at
+// every replica when the request executes: a signature inside the op,
+// say. A replica asks Valid of every ordered request that arrives at it
+// (from a client or forwarded; a request refused is dropped, so a correct
+// primary proposes only requests it found valid) and, as a backup, of
+// every request of each pre-prepare before it accepts it (a pre-prepare
+// holding a request refused is rejected, as one holding a forged
+// authenticator is). A batch is prepared only by 2f+1 replicas, f+1 of
+// them correct, each of which accepted its pre-prepare, so the App may
+// skip the check at execution: what executes passed Valid at a correct
+// replica. (A new view re-proposes a batch only if f+1 replicas claim to
+// have accepted it, one of them correct, which asked then.)
+//
+// For a request in a pre-prepare, Valid may answer true without checking
+// when the check is known to have been made by a correct party: see
+// ValidContext.
+type Validator interface {
+	// Valid reports whether op of ctx.Client may be ordered. It must not
+	// change the state, and may keep op only for the duration of the
+	// call.
+	Valid(ctx ValidContext, op []byte) bool
+}
+
+// ValidContext is what a replica tells Validator.Valid about a request.
+type ValidContext struct {
+	// Client is the client whose authenticator the request carries,
+	// checked before Valid is asked.
+	Client ClientID
+	// Proposed: the request is in a pre-prepare that Proposer, the
+	// primary of its view, sent. Proposer, if correct, asked Valid of the
+	// request when it arrived there, unproposed; so an App that knows the
+	// client checked the op itself (a client that is one of the
+	// replicas' own processes, say) knows two parties checked it, one
+	// correct if f = 1 and the two differ. Otherwise the request arrived
+	// at this replica on its own and must be checked.
+	Proposed bool
+	Proposer ReplicaID
+}
+
 // QueryContext is what a replica tells Query about a read-only request.
 type QueryContext struct {
 	// Client is the client whose authenticator the request carries.

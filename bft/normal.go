@@ -120,6 +120,14 @@ func (r *Replica) onPrePrepare(src ReplicaID, pp *PrePrepare) error {
 			return fmt.Errorf("%w: pre-prepare holds request %d of client %d with a bad authenticator", ErrForged, pp.Batch[i].Timestamp, pp.Batch[i].Client)
 		}
 	}
+	if v, ok := r.cfg.App.(Validator); ok {
+		for i := range pp.Batch {
+			req := &pp.Batch[i]
+			if !v.Valid(ValidContext{Client: req.Client, Proposed: true, Proposer: src}, req.Op) {
+				return fmt.Errorf("%w: pre-prepare holds request %d of client %d, which the application refuses", ErrForged, req.Timestamp, req.Client)
+			}
+		}
+	}
 	e := r.entryFor(pp.Seq)
 	if e.committed && e.cDigest != pp.Digest {
 		return fmt.Errorf("%w: pre-prepare conflicts with the batch committed at seq %d", ErrForged, pp.Seq)

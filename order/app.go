@@ -90,7 +90,29 @@ type unfinal struct {
 	by    map[uint32]bool // the orderers in sigs
 }
 
-var _ bft.App = (*App)(nil)
+var (
+	_ bft.App       = (*App)(nil)
+	_ bft.Validator = (*App)(nil)
+)
+
+// ClientIDs returns the client identities orderer id of n orders
+// through: the envelopes it receives through the first, its duties
+// (block signatures and timeout cuts) through the second. The duties
+// have a lane of their own so that signatures never wait behind
+// envelopes: a block becomes final only once they are ordered, and
+// envelopes are refused while MaxUnfinal blocks wait for theirs.
+func ClientIDs(n int, id bft.ReplicaID) (envelopes, duties bft.ClientID) {
+	return bft.ClientID(id), bft.ClientID(n + int(id))
+}
+
+// OrdererOf returns the orderer, of n, that orders through client
+// identity c (ClientIDs), if one does.
+func OrdererOf(n int, c bft.ClientID) (bft.ReplicaID, bool) {
+	if c >= bft.ClientID(2*n) {
+		return 0, false
+	}
+	return bft.ReplicaID(uint64(c) % uint64(n)), true
+}
 
 // New returns the App of an empty channel.
 func New(cfg Config) (*App, error) {
@@ -144,6 +166,31 @@ func (a *App) Execute(ctx bft.ExecContext, b []byte) []byte {
 	return r.encode()
 }
 
+// Valid implements bft.Validator: an envelope op may be ordered only if
+// its signature verifies (envelope.Policy.CheckSignature); every other
+// op, and an envelope that does not decode, is left to Execute, which
+// answers it. With f = 1, an envelope in a pre-prepare is taken unchecked
+// when the orderer whose client identity (ClientIDs) carries it is not
+// the primary that proposed it: that orderer checked it on receipt, and
+// the primary when it arrived, and one of the two is correct. Any other
+// is checked here, so with f > 1 every backup checks every envelope.
+func (a *App) Valid(ctx bft.ValidContext, op []byte) bool {
+	o, err := decodeOp(op)
+	if err != nil || o.kind != kindEnvelope {
+		return true
+	}
+	if ctx.Proposed && a.cfg.F == 1 {
+		if k, ok := OrdererOf(len(a.cfg.Orderers), ctx.Client); ok && k != ctx.Proposer {
+			return true
+		}
+	}
+	p, err := envelope.Parse(o.env, a.cfg.Channel)
+	if err != nil {
+		return true
+	}
+	return a.cfg.Writers.CheckSignature(p) == nil
+}
+
 func (a *App) envelope(env []byte, now time.Time) Result {
 	if len(a.unfinal) >= a.cfg.MaxUnfinal {
 		return Result{Status: cb.Status_SERVICE_UNAVAILABLE, Info: fmt.Sprintf("%d blocks wait for their signatures", len(a.unfinal))}
@@ -156,7 +203,10 @@ func (a *App) envelope(env []byte, now time.Time) Result {
 		err = envelope.CheckTransaction(p)
 	}
 	if err == nil {
-		err = a.cfg.Writers.Authorize(p, now)
+		// The signature passed Valid at a correct replica before the
+		// envelope could be ordered; the creator's certificate is
+		// judged here, at the agreed time.
+		err = a.cfg.Writers.CheckCreator(p, now)
 	}
 	if err != nil {
 		return Result{Status: envelope.StatusOf(err), Info: err.Error()}

@@ -511,3 +511,87 @@ func TestAppDedup(t *testing.T) {
 		t.Fatal("the restored window differs")
 	}
 }
+
+// TestValid: an envelope that arrives on its own is checked; one in a
+// pre-prepare is taken unchecked only with f = 1 and when the orderer
+// whose client identity carries it is not the primary that proposed it.
+func TestValid(t *testing.T) {
+	h := newHarness(t, block.Config{})
+	good := h.envelope(t, h.writer, "good")
+	tampered := h.envelope(t, h.writer, "tampered")
+	tampered[len(tampered)-1] ^= 1 // the signature's last byte
+	highS := func() []byte {
+		e, err := h.writer.Envelope(cb.HeaderType_ENDORSER_TRANSACTION, channel, []byte("high s"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Signature, err = ordertest.HighS(e.Signature); err != nil {
+			t.Fatal(err)
+		}
+		return mustMarshalEnv(t, e)
+	}()
+	a := h.apps[2]
+	arrived := func(c bft.ClientID) bft.ValidContext { return bft.ValidContext{Client: c} }
+	proposed := func(c bft.ClientID, p bft.ReplicaID) bft.ValidContext {
+		return bft.ValidContext{Client: c, Proposed: true, Proposer: p}
+	}
+	for _, tc := range []struct {
+		name string
+		ctx  bft.ValidContext
+		op   []byte
+		want bool
+	}{
+		{"good, arrived", arrived(1), order.EnvelopeOp(good), true},
+		{"tampered, arrived", arrived(1), order.EnvelopeOp(tampered), false},
+		{"high S, arrived", arrived(1), order.EnvelopeOp(highS), false},
+		{"tampered, from orderer 1's identity, proposed by 0", proposed(1, 0), order.EnvelopeOp(tampered), true},
+		{"tampered, from orderer 1's duty identity, proposed by 0", proposed(5, 0), order.EnvelopeOp(tampered), true},
+		{"tampered, from the proposer's own identity", proposed(1, 1), order.EnvelopeOp(tampered), false},
+		{"tampered, from the proposer's own duty identity", proposed(5, 1), order.EnvelopeOp(tampered), false},
+		{"tampered, from a client no orderer orders through", proposed(8, 0), order.EnvelopeOp(tampered), false},
+		{"good, from the proposer's own identity", proposed(0, 0), order.EnvelopeOp(good), true},
+		{"a signature op is left to Execute", arrived(8), order.SignOp(1, 0, make([]byte, 64)), true},
+		{"an op that does not decode is left to Execute", arrived(8), []byte{0xff}, true},
+	} {
+		if got := a.Valid(tc.ctx, tc.op); got != tc.want {
+			t.Errorf("%s: Valid = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+
+	// With f = 2, no two orderers include a correct one: every backup
+	// checks.
+	cfg := h.cfg
+	cfg.F = 2
+	for range 3 {
+		pub, _, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Orderers = append(cfg.Orderers, pub)
+	}
+	seven, err := order.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seven.Valid(proposed(1, 0), order.EnvelopeOp(tampered)) {
+		t.Error("f = 2: a tampered envelope in a pre-prepare passed unchecked")
+	}
+	if !seven.Valid(proposed(1, 0), order.EnvelopeOp(good)) {
+		t.Error("f = 2: a good envelope in a pre-prepare was refused")
+	}
+
+	// Execute judges the creator at the agreed time, not the signature,
+	// which Valid judged before the envelope could be ordered.
+	if r := h.exec(t, order.EnvelopeOp(h.envelope(t, h.forger, "forged"))); r.Status != cb.Status_FORBIDDEN {
+		t.Fatalf("an envelope from a CA the channel does not name: %v", r)
+	}
+}
+
+func mustMarshalEnv(t *testing.T, e *cb.Envelope) []byte {
+	t.Helper()
+	b, err := proto.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

@@ -42,7 +42,7 @@ type demoCluster struct {
 // cutting blocks as bc says; with dataDir set, orderer i is durable in
 // dataDir/i (its PBFT log and snapshots, and its ledger of blocks).
 func startDemoCluster(ctx context.Context, transport *rubin.Config, writers, readers *envelope.Policy, bc block.Config, dataDir string) (*demoCluster, error) {
-	cl, err := auth.Generate(4, 8, "127.0.0.1", 1, nil) // two clients an orderer: server.ClientIDs
+	cl, err := auth.Generate(4, 8, "127.0.0.1", 1, nil) // two clients an orderer: order.ClientIDs
 	if err != nil {
 		return nil, err
 	}

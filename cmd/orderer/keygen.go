@@ -72,7 +72,7 @@ func runKeygen(_ context.Context, args []string, stdout, stderr io.Writer) error
 	for i := range n {
 		ch.Broadcast = append(ch.Broadcast, net.JoinHostPort(host, strconv.Itoa(broadcastPort+i)))
 	}
-	c, err := auth.Generate(n, 2*n, host, basePort, nil) // two clients an orderer: server.ClientIDs
+	c, err := auth.Generate(n, 2*n, host, basePort, nil) // two clients an orderer: order.ClientIDs
 	if err != nil {
 		return err
 	}

@@ -78,7 +78,8 @@ const OrdererMSPID = "rubin.orderer"
 
 // Parsed is an envelope decoded down to its creator's certificate. Its
 // fields are the decoded messages; none is nil but Cert, which is nil for
-// a creator of OrdererMSPID.
+// a creator of OrdererMSPID. Cert may be shared with other Parsed values
+// of the same creator: it is only read.
 type Parsed struct {
 	Envelope        *cb.Envelope
 	Payload         *cb.Payload
@@ -124,7 +125,37 @@ func ParseEnvelope(env *cb.Envelope, channel string) (*Parsed, error) {
 	if p.Creator.GetMspid() == OrdererMSPID {
 		return p, nil
 	}
-	block, _ := pem.Decode(p.Creator.GetIdBytes())
+	cert, err := certs.parse(p.Creator.GetIdBytes())
+	if err != nil {
+		return nil, err
+	}
+	p.Cert = cert
+	return p, nil
+}
+
+// certs are the creators' certificates parsed lately: a channel has few
+// writers, each sending many envelopes, and parsing a certificate costs
+// about as much as the rest of an envelope's decoding.
+var certs = certCache{byPEM: make(map[string]*x509.Certificate)}
+
+// certCacheSize bounds certCache, which forgets everything when full.
+const certCacheSize = 1024
+
+// certCache maps a creator's id_bytes to its parsed certificate, which
+// its users only read.
+type certCache struct {
+	mu    sync.Mutex
+	byPEM map[string]*x509.Certificate
+}
+
+func (c *certCache) parse(idBytes []byte) (*x509.Certificate, error) {
+	c.mu.Lock()
+	cert, ok := c.byPEM[string(idBytes)]
+	c.mu.Unlock()
+	if ok {
+		return cert, nil
+	}
+	block, _ := pem.Decode(idBytes)
 	if block == nil || block.Type != "CERTIFICATE" {
 		return nil, errorf(cb.Status_BAD_REQUEST, "the creator's identity is not a PEM certificate")
 	}
@@ -132,8 +163,13 @@ func ParseEnvelope(env *cb.Envelope, channel string) (*Parsed, error) {
 	if err != nil {
 		return nil, errorf(cb.Status_BAD_REQUEST, "the creator's certificate does not parse: %v", err)
 	}
-	p.Cert = cert
-	return p, nil
+	c.mu.Lock()
+	if len(c.byPEM) >= certCacheSize {
+		clear(c.byPEM)
+	}
+	c.byPEM[string(idBytes)] = cert
+	c.mu.Unlock()
+	return cert, nil
 }
 
 // CheckTransaction checks that p may be broadcast: a MESSAGE or
@@ -303,10 +339,21 @@ func NewPolicy(caPEM []byte) (*Policy, error) {
 var halfOrder = new(big.Int).Rsh(elliptic.P256().Params().N, 1)
 
 // Authorize checks that p's signature verifies by its creator's key with
-// a low S, and that the creator's certificate chains to one of the
-// policy's CAs and is valid at time now (the agreed time, where replicas
-// must agree).
+// a low S (CheckSignature), and that the creator's certificate chains to
+// one of the policy's CAs and is valid at time now (CheckCreator; the
+// agreed time, where replicas must agree).
 func (pol *Policy) Authorize(p *Parsed, now time.Time) error {
+	if err := pol.CheckSignature(p); err != nil {
+		return err
+	}
+	return pol.CheckCreator(p, now)
+}
+
+// CheckSignature checks that p's signature is an ASN.1 ECDSA signature
+// with a low S that verifies by the ECDSA P-256 key of its creator's
+// certificate: the part of Authorize that does not depend on the time,
+// nor on the policy's CAs.
+func (pol *Policy) CheckSignature(p *Parsed) error {
 	if p.Cert == nil {
 		return errorf(cb.Status_FORBIDDEN, "the creator has no certificate")
 	}
@@ -332,6 +379,15 @@ func (pol *Policy) Authorize(p *Parsed, now time.Time) error {
 			return errorf(cb.Status_FORBIDDEN, "the signature does not verify")
 		}
 		pol.memo.rememberSig(k)
+	}
+	return nil
+}
+
+// CheckCreator checks that p's creator has a certificate that chains to
+// one of the policy's CAs and is valid at time now.
+func (pol *Policy) CheckCreator(p *Parsed, now time.Time) error {
+	if p.Cert == nil {
+		return errorf(cb.Status_FORBIDDEN, "the creator has no certificate")
 	}
 	if pol.memo.chainValid(p.Cert, now) {
 		return nil

@@ -45,7 +45,7 @@ type OrdererConfig struct {
 	// Cluster holds the orderers' addresses and keys. Orderer i of n
 	// orders the envelopes it receives through client identity i and
 	// its duties (block signatures and timeout cuts) through identity
-	// n+i (ClientIDs), so the cluster has two clients per orderer at
+	// n+i (order.ClientIDs), so the cluster has two clients per orderer at
 	// least (orderer keygen makes them).
 	Cluster *auth.Cluster
 	ID      bft.ReplicaID
@@ -93,16 +93,6 @@ type Orderer struct {
 	ledger  *ledger.Ledger // opened by NewOrderer, closed by Run
 }
 
-// ClientIDs returns the client identities orderer id of n orders
-// through: the envelopes it receives through the first, its duties
-// through the second. The duties have a lane of their own so that block
-// signatures never wait behind envelopes: a block becomes final only
-// once they are ordered, and envelopes are refused while MaxUnfinal
-// blocks wait for theirs.
-func ClientIDs(n int, id bft.ReplicaID) (envelopes, duties bft.ClientID) {
-	return bft.ClientID(id), bft.ClientID(n + int(id))
-}
-
 // BlocksDir is the subdirectory of an orderer's data directory that
 // holds its ledger of blocks.
 const BlocksDir = "blocks"
@@ -116,7 +106,7 @@ func NewOrderer(cfg OrdererConfig) (*Orderer, error) {
 	if c == nil || int(cfg.ID) >= c.N() || cfg.Listener == nil {
 		return nil, errors.New("server: an orderer needs its cluster, an ID in it and a listener")
 	}
-	envID, dutyID := ClientIDs(c.N(), cfg.ID)
+	envID, dutyID := order.ClientIDs(c.N(), cfg.ID)
 	for _, id := range []bft.ClientID{envID, dutyID} {
 		if !slices.ContainsFunc(c.Clients, func(k auth.Client) bool { return k.ID == id }) {
 			return nil, fmt.Errorf("server: the cluster holds no client %d for orderer %d: an orderer needs clients i and n+i (orderer keygen makes them)", id, cfg.ID)
@@ -236,7 +226,7 @@ func (o *Orderer) Run(ctx context.Context) error {
 		}
 		cancel()
 	})
-	envID, dutyID := ClientIDs(o.cfg.Cluster.N(), o.cfg.ID)
+	envID, dutyID := order.ClientIDs(o.cfg.Cluster.N(), o.cfg.ID)
 	client, err := node.NewClient(ctx, node.ClientConfig{Cluster: o.cfg.Cluster, ID: envID, Window: ClientWindow, Transport: o.cfg.Transport, Logger: o.cfg.Logger})
 	var duty *node.Client
 	if err == nil {

@@ -79,7 +79,7 @@ func startCluster(t *testing.T, bc block.Config, opts ...clusterOption) *cluster
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, err := auth.Generate(4, 9, "127.0.0.1", 1, nil) // the orderers' eight (server.ClientIDs) and one more
+	cl, err := auth.Generate(4, 9, "127.0.0.1", 1, nil) // the orderers' eight (order.ClientIDs) and one more
 	if err != nil {
 		t.Fatal(err)
 	}
