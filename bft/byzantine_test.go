@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/rubin-go/rubin/bft"
-	"github.com/rubin-go/rubin/bft/internal/simnet"
 	"github.com/rubin-go/rubin/bft/wire"
+	"github.com/rubin-go/rubin/internal/simnet"
 )
 
 // TestByzantine: randomized schedules with Byzantine replicas (at most f:

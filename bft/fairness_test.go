@@ -3,7 +3,7 @@ package bft_test
 import (
 	"testing"
 
-	"github.com/rubin-go/rubin/bft/internal/simnet"
+	"github.com/rubin-go/rubin/internal/simnet"
 )
 
 // TestStarvedClient: the primary of view 0 never proposes one client's

@@ -7,7 +7,7 @@ import (
 
 	"github.com/rubin-go/rubin/bft"
 	"github.com/rubin-go/rubin/bft/internal/quorum"
-	"github.com/rubin-go/rubin/bft/internal/simnet"
+	"github.com/rubin-go/rubin/internal/simnet"
 )
 
 // The new-view rule (docs/bft.md, "View change"), tested on its own,

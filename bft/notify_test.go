@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/rubin-go/rubin/bft"
-	"github.com/rubin-go/rubin/bft/internal/simnet"
+	"github.com/rubin-go/rubin/internal/simnet"
 )
 
 // noteOp has client c's k-th op emit a notification for client 1.

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/rubin-go/rubin/bft"
-	"github.com/rubin-go/rubin/bft/internal/simnet"
+	"github.com/rubin-go/rubin/internal/simnet"
 )
 
 // solo is one replica driven by hand, persisting what its Readies ask.

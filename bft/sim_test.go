@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/rubin-go/rubin/bft"
-	"github.com/rubin-go/rubin/bft/internal/simnet"
+	"github.com/rubin-go/rubin/internal/simnet"
 )
 
 // Randomized schedules. Every scenario family (TestSim here, TestByzantine

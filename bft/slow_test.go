@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/rubin-go/rubin/bft"
-	"github.com/rubin-go/rubin/bft/internal/simnet"
+	"github.com/rubin-go/rubin/internal/simnet"
 )
 
 // On a network that is now and then slower than the request timeout (as

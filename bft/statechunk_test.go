@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/rubin-go/rubin/bft"
-	"github.com/rubin-go/rubin/bft/internal/simnet"
 	"github.com/rubin-go/rubin/bft/wire"
+	"github.com/rubin-go/rubin/internal/simnet"
 )
 
 // bigState is the application state of the large-state tests: four times

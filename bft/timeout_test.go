@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/rubin-go/rubin/bft"
-	"github.com/rubin-go/rubin/bft/internal/simnet"
+	"github.com/rubin-go/rubin/internal/simnet"
 )
 
 // TestTimeoutsBackOffOnSlowLinks: messages take up to four request

@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/rubin-go/rubin/bft"
-	"github.com/rubin-go/rubin/bft/internal/simnet"
 	"github.com/rubin-go/rubin/bft/wire"
+	"github.com/rubin-go/rubin/internal/simnet"
 )
 
 // A view change over full batches: 18 clients send 1 MiB operations (one

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/rubin-go/rubin/bft"
-	"github.com/rubin-go/rubin/bft/internal/simnet"
+	"github.com/rubin-go/rubin/internal/simnet"
 )
 
 // view0Seq returns the sequence number of a normal-case message of view

@@ -89,7 +89,7 @@ var layers = []layer{
 	// What only tests import.
 	{"test helpers", []string{"internal/leakcheck", "internal/netns", "internal/rdmatest", "internal/layering"}, nil},
 	{"conformance suite", []string{"channel/channeltest"}, []string{"selector", "test helpers"}},
-	{"simulated network", []string{"bft/internal/simnet"}, []string{"bft auth"}},
+	{"simulated network", []string{"internal/simnet"}, []string{"bft auth"}},
 	{"byzantine coordination", []string{"coord/coordtest"}, []string{"coordination service"}},
 	{"process tests", []string{"internal/proctest"}, []string{"bft auth"}},
 

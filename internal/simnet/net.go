@@ -1,6 +1,7 @@
 // Package simnet is a deterministic in-memory network for testing the BFT
-// core (package bft): replicas and clients as bft state machines, an
-// append-style App, HMAC stand-ins for signatures and request
+// core (package bft) and the applications replicated on it: replicas and
+// clients as bft state machines, an append-style App (or any bft.App,
+// Options.NewApp), HMAC stand-ins for signatures and request
 // authenticators, and faults (drop, delay, duplicate, reorder, partition,
 // crash and restart, Byzantine rewriting of a replica's output). Every run
 // is a function of the seed.
@@ -17,13 +18,14 @@
 // (Net.Report) give the seed, the replicas' status and the last events.
 //
 // Time: every replica's Config.Clock (unless Options.Config sets one)
-// reads Epoch plus TickDuration per tick plus the replica's ClockSkew, so
+// reads Epoch (or Options.Epoch) plus TickDuration per tick plus the replica's ClockSkew, so
 // agreed times are a function of the seed too. One Net.Tick first delivers every packet due, repeatedly, until no
 // node has anything more to send at this tick (so with MaxDelay 0 a whole
 // request round trip fits in one tick), then ticks every node once.
 package simnet
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -66,6 +68,15 @@ type Options struct {
 	// AppPad makes every replica's application snapshot this many bytes
 	// longer (see App.Pad).
 	AppPad int
+	// NewApp, if set, makes replica i's application, at New and at every
+	// Restart (and Recover), in place of an App; Net.App returns it, and
+	// Net.Apps holds nil. It must return a fresh, empty application each
+	// time.
+	NewApp func(i int) bft.App
+	// Epoch, if not zero, is the clock's reading at tick 0 in place of
+	// the package's Epoch: for applications that check times against
+	// the real world's, such as certificates' validity.
+	Epoch time.Time
 }
 
 // Net is a simulated cluster. Fields in the fault section may be changed
@@ -74,7 +85,7 @@ type Net struct {
 	N        int
 	Keys     *Keys
 	Replicas []*bft.Replica
-	Apps     []*App
+	Apps     []*App // nil entries with Options.NewApp
 	Configs  []bft.Config
 	Clients  []*bft.Client // client i has ID i+1
 	Results  [][]bft.Result
@@ -134,6 +145,9 @@ type Net struct {
 	Seed       uint64
 	codec      bool
 	appPad     int
+	newApp     func(i int) bft.App
+	apps       []bft.App // each replica's application
+	epoch      time.Time
 	cluster    *auth.Cluster
 	clientAuth map[bft.ClientID]*auth.ClientAuth
 	adv        map[bft.ReplicaID]*Adversary
@@ -147,15 +161,15 @@ type Net struct {
 	rxFree  map[bft.Target]float64 // tick each replica's input is busy until (Bandwidth)
 }
 
-// Epoch is the simulated clock's reading at tick 0, and TickDuration how
-// far it moves per tick.
+// Epoch is the simulated clock's reading at tick 0 (unless Options.Epoch
+// sets another), and TickDuration how far it moves per tick.
 var Epoch = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
 const TickDuration = 10 * time.Millisecond
 
 // Clock is replica i's clock reading now.
 func (n *Net) Clock(i int) time.Time {
-	return Epoch.Add(time.Duration(n.Now)*TickDuration + n.ClockSkew[i])
+	return n.epoch.Add(time.Duration(n.Now)*TickDuration + n.ClockSkew[i])
 }
 
 // Sentinels counted in Net.Errors.
@@ -183,6 +197,11 @@ func New(o Options) (*Net, error) {
 		Seed:      o.Seed,
 		codec:     o.Codec,
 		appPad:    o.AppPad,
+		newApp:    o.NewApp,
+		epoch:     Epoch,
+	}
+	if !o.Epoch.IsZero() {
+		n.epoch = o.Epoch
 	}
 	n.Check = newChecker(n)
 	if o.RealAuth {
@@ -215,6 +234,7 @@ func New(o Options) (*Net, error) {
 		n.Configs = append(n.Configs, cfg)
 		n.Replicas = append(n.Replicas, nil)
 		n.Apps = append(n.Apps, nil)
+		n.apps = append(n.apps, nil)
 		n.Executed = append(n.Executed, nil)
 		if err := n.Restart(i); err != nil {
 			return nil, err
@@ -238,17 +258,23 @@ func New(o Options) (*Net, error) {
 	return n, nil
 }
 
-// Restart replaces replica i by a fresh one with an empty App, as after a
-// crash that lost everything; it is no longer crashed.
+// Restart replaces replica i by a fresh one with an empty App (or what
+// Options.NewApp makes), as after a crash that lost everything; it is no
+// longer crashed.
 func (n *Net) Restart(i int) error {
 	cfg := n.Configs[i]
-	app := &App{Pad: n.appPad}
-	cfg.App = app
+	var app *App
+	if n.newApp != nil {
+		cfg.App = n.newApp(i)
+	} else {
+		app = &App{Pad: n.appPad}
+		cfg.App = app
+	}
 	r, err := bft.NewReplica(cfg)
 	if err != nil {
 		return err
 	}
-	n.Replicas[i], n.Apps[i], n.Executed[i] = r, app, nil
+	n.Replicas[i], n.Apps[i], n.apps[i], n.Executed[i] = r, app, cfg.App, nil
 	n.Crashed[i] = false
 	if n.Check != nil && n.Now > 0 {
 		n.Note("replica %d restarted empty", i)
@@ -492,9 +518,14 @@ func (n *Net) Load(total, maxTicks int, op func(c, k int) []byte) bool {
 	})
 }
 
+// App returns replica i's application: its App, or what Options.NewApp
+// made for it.
+func (n *Net) App(i int) bft.App { return n.apps[i] }
+
 // CheckAgreement reports divergence: two replicas that executed different
 // batches at one seq, or that executed up to the same seq but hold
-// different application state.
+// different application state (by the hash of its snapshot, for an
+// application of Options.NewApp).
 func (n *Net) CheckAgreement() error {
 	if n.Divergence != nil {
 		return n.Divergence
@@ -508,10 +539,16 @@ func (n *Net) CheckAgreement() error {
 			continue
 		}
 		le := r.Status().LastExecuted
-		if h, ok := hash[le]; ok && h != n.Apps[i].Hash {
+		var state [32]byte
+		if a := n.Apps[i]; a != nil {
+			state = a.Hash
+		} else {
+			state = sha256.Sum256(n.apps[i].Snapshot())
+		}
+		if h, ok := hash[le]; ok && h != state {
 			return fmt.Errorf("simnet: replica %d at seq %d holds different state", i, le)
 		}
-		hash[le] = n.Apps[i].Hash
+		hash[le] = state
 	}
 	return nil
 }

@@ -10,7 +10,6 @@ import (
 	"slices"
 
 	"github.com/rubin-go/rubin/bft"
-	"github.com/rubin-go/rubin/bft/internal/quorum"
 	"github.com/rubin-go/rubin/bft/wire"
 )
 
@@ -1029,7 +1028,14 @@ func (a *Adversary) undecidingNewView(nv *bft.NewView) *bft.NewView {
 // cluster of n replicas, and whether vcs decide every sequence number (a
 // slot they do not decide gets the null batch).
 func Decide(view uint64, vcs []bft.ViewChange, n int) ([]bft.PrePrepare, bool) {
-	f, q := quorum.Faults(n), quorum.Quorum(n)
+	// f and the quorum from their definitions: the most faults 3f+1 <= n
+	// tolerates, and the smallest q any two sets of which share f+1
+	// replicas.
+	f := (n - 1) / 3
+	q := 1
+	for 2*q-n < f+1 {
+		q++
+	}
 	var minS uint64
 	for i := range vcs {
 		minS = max(minS, vcs[i].StableSeq)
