@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"github.com/rubin-go/rubin/internal/cli"
 	"github.com/rubin-go/rubin/internal/proctest"
 	"github.com/rubin-go/rubin/order/ordertest"
+	"github.com/rubin-go/rubin/order/server"
 )
 
 // TestSplitSecrets deploys the ordering service as docs/order.md does:
@@ -156,6 +158,41 @@ func checkOwnSecrets(t *testing.T, c *auth.Cluster, file string, id bft.ReplicaI
 			if got, want := holds(k), r == int(id) || cl.ID == own[0] || cl.ID == own[1]; got != want {
 				t.Errorf("%s: holds client %d's key for orderer %d: %v, want %v", file, cl.ID, r, got, want)
 			}
+		}
+	}
+}
+
+// TestNewOrdererNeedsOwnSecrets: server.NewOrderer, given a stripped
+// file, refuses one that lacks the orderer's client identities or its
+// replica's secrets, before anything runs; startDemoCluster runs
+// orderers from their own files (TestDemo).
+func TestNewOrdererNeedsOwnSecrets(t *testing.T) {
+	c, err := auth.Generate(4, 8, "127.0.0.1", 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		replica bft.ReplicaID
+		clients []bft.ClientID
+		want    string
+	}{
+		{"replica 1 without its clients", 1, nil, "holds no keys of client 1 for orderer 1"},
+		{"replica 1 with orderer 2's clients", 1, ownClients(4, 2), "holds no keys of client 1 for orderer 1"},
+		{"replica 2 with orderer 1's clients", 2, ownClients(4, 1), "holds no key of orderer 1"},
+	} {
+		own, err := c.ForReplica(tc.replica, tc.clients...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = server.NewOrderer(server.OrdererConfig{Cluster: own, ID: 1, Channel: "mychannel", Listener: ln})
+		ln.Close()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s as orderer 1: %v, want an error saying %q", tc.name, err, tc.want)
 		}
 	}
 }
