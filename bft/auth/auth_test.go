@@ -401,6 +401,137 @@ func TestForClients(t *testing.T) {
 	}
 }
 
+// TestForReplicaWithClients: a replica that also speaks as clients of
+// its own (an orderer) keeps its secrets and those clients' keys, no
+// other replica's secret and no other client's key but the one each
+// shares with it; it acts as itself and those clients only.
+func TestForReplicaWithClients(t *testing.T) {
+	c := generate(t, 4, 8)
+	dir := t.TempDir()
+	if err := c.SaveReplicas(dir, func(id bft.ReplicaID) []bft.ClientID { return []bft.ClientID{bft.ClientID(id) + 4, bft.ClientID(id)} }); err != nil {
+		t.Fatal(err)
+	}
+	o, err := Load(filepath.Join(dir, "replica-1.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (&Holder{ID: 1, Clients: []bft.ClientID{1, 5}, Replica: true}); !cmp.Equal(o.Holder, want) {
+		t.Fatalf("holder %+v, want %+v", o.Holder, want)
+	}
+	if got := o.Holder.String(); got != "replica 1 with clients 1 and 5" {
+		t.Errorf("holder %q", got)
+	}
+	if direct, _ := c.ForReplica(1, 5, 1, 5); !cmp.Equal(o, direct) {
+		t.Error("SaveReplicas's file differs from ForReplica's copy")
+	}
+	data, _ := os.ReadFile(filepath.Join(dir, "replica-1.json"))
+	own := func(secret string) bool { return strings.Contains(string(data), secret) }
+	for i, r := range c.Replicas {
+		if i != 1 && own(b64(r.PrivateKey)) {
+			t.Errorf("replica 1's file holds replica %d's private key", i)
+		}
+		for j, k := range r.MACKeys {
+			if i != 1 && j != 1 && len(k) > 0 && own(b64(k)) {
+				t.Errorf("replica 1's file holds the MAC key of replicas %d and %d", i, j)
+			}
+		}
+	}
+	for _, cl := range c.Clients {
+		for r, k := range cl.Keys {
+			if held := cl.ID == 1 || cl.ID == 5 || r == 1; own(b64(k)) != held {
+				t.Errorf("replica 1's file: client %d's key for replica %d: present %v, want %v", cl.ID, r, !held, held)
+			}
+		}
+	}
+	for id := range bft.ReplicaID(5) {
+		if got := o.HoldsReplica(id); got != (id == 1) {
+			t.Errorf("HoldsReplica(%d) = %v", id, got)
+		}
+	}
+	for id := range bft.ClientID(9) {
+		if got := o.HoldsClient(id); got != (id == 1 || id == 5) {
+			t.Errorf("HoldsClient(%d) = %v", id, got)
+		}
+		if got := c.HoldsClient(id); got != (id < 8) {
+			t.Errorf("the dealer's HoldsClient(%d) = %v", id, got)
+		}
+	}
+	// It acts as replica 1 and as clients 1 and 5, with the dealer's keys.
+	ra, err := NewReplicaAuth(o, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, _ := NewReplicaAuth(c, 3)
+	for _, id := range []bft.ClientID{1, 5} {
+		ca, err := NewClientAuth(o, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := &bft.Request{Client: id, Timestamp: 9, Op: []byte("op")}
+		ca.Sign(req)
+		if !ra.VerifyRequest(req) || !full.VerifyRequest(req) {
+			t.Errorf("client %d's request from replica 1's file does not verify", id)
+		}
+	}
+	if _, err := NewClientAuth(o, 2); err == nil {
+		t.Error("replica 1's file acts as client 2")
+	}
+	if _, err := NewReplicaAuth(o, 2); err == nil {
+		t.Error("replica 1's file acts as replica 2")
+	}
+	// It strips to what it holds, and no further.
+	if _, err := o.ForReplica(1, 5); err != nil {
+		t.Errorf("ForReplica(1, 5) of replica 1's file: %v", err)
+	}
+	if _, err := o.ForClients([]bft.ClientID{1, 5}); err != nil {
+		t.Errorf("ForClients(1, 5) of replica 1's file: %v", err)
+	}
+	if _, err := o.ForReplica(1, 2); err == nil || !strings.Contains(err.Error(), "client 2's keys are not in replica 1 with clients 1 and 5's configuration") {
+		t.Errorf("ForReplica(1, 2) of replica 1's file: %v", err)
+	}
+	if _, err := o.ForReplica(2, 1); err == nil {
+		t.Error("ForReplica(2, 1) of replica 1's file succeeded")
+	}
+	if _, err := o.ForClient(2); err == nil {
+		t.Error("ForClient(2) of replica 1's file succeeded")
+	}
+	r1, _ := c.ForReplica(1)
+	if _, err := r1.ForReplica(1, 1); err == nil {
+		t.Error("ForReplica(1, 1) of replica 1's file without clients succeeded")
+	}
+	if _, err := c.ForReplica(1, 8); err == nil || !strings.Contains(err.Error(), "no client 8") {
+		t.Errorf("ForReplica(1, 8) of 8 clients: %v", err)
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*Cluster)
+		want   string
+	}{
+		{"another client's key", func(b *Cluster) { b.Clients[0].Keys[2] = bytes.Clone(c.Clients[0].Keys[2]) }, "client 0: holds its key for replica 2, but the configuration is replica 1 with clients 1 and 5's"},
+		{"another replica's key", func(b *Cluster) { b.Replicas[0].PrivateKey = bytes.Clone(c.Replicas[0].PrivateKey) }, "replica 0: holds the replica's secret keys, but the configuration is replica 1 with clients 1 and 5's"},
+		{"a held client's key missing", func(b *Cluster) { b.Clients[5].Keys[3] = nil }, "client 5: key for replica 3: 0 bytes"},
+		{"a held client missing", func(b *Cluster) { b.Clients = slices.Delete(b.Clients, 5, 6) }, "holder: 1 of its 2 clients are not in the configuration"},
+		{"its own key missing", func(b *Cluster) { b.Replicas[1].PrivateKey = nil }, "replica 1: private key: 0 bytes"},
+		{"a replica and a client", func(b *Cluster) { b.Holder.Client = true }, "holder: a replica and a client at once"},
+		{"no clients", func(b *Cluster) { b.Holder.Clients = nil }, "holder: a replica with clients of its own names none"},
+		{"no such replica", func(b *Cluster) { b.Holder.ID = 4 }, "holder: no replica 4"},
+		{"not said to be a replica", func(b *Cluster) { b.Holder.Replica = false }, "holder: names clients and one party too"},
+	} {
+		b, _ := c.ForReplica(1, 1, 5)
+		tc.change(b)
+		if err := b.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Validate: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	// Replica 0 with its clients, not said to be a replica, would be a
+	// holder of clients 0 and 4 with a replica's secrets.
+	b, _ := c.ForReplica(0, 0, 4)
+	b.Holder.Replica = false
+	if err := b.Validate(); err == nil || !strings.Contains(err.Error(), "replica 0: holds the replica's secret keys, but the configuration is the holder of clients 0 and 4's") {
+		t.Errorf("replica 0's file as a holder of its clients only: %v", err)
+	}
+}
+
 func TestSaveEach(t *testing.T) {
 	c := generate(t, 4, 2)
 	dir := t.TempDir()

@@ -28,7 +28,10 @@
 // and each client the one ForClient makes; they keep every address and
 // public key and only their holder's secrets. A party that speaks for
 // several clients (a gateway of the coordination service) keeps the file
-// ForClients makes for it: those clients' keys and nothing else. Load
+// ForClients makes for it: those clients' keys and nothing else. A
+// replica that also speaks as clients of its own (an orderer orders
+// through two client identities) keeps the file ForReplica makes for it
+// with those clients named: its secrets and those clients' keys. Load
 // accepts those stripped files (the Holder field says whose secrets a
 // file holds) and checks that they hold exactly their holder's secrets.
 package auth
@@ -67,7 +70,7 @@ type Cluster struct {
 	Clients []Client `json:"clients"`
 	// Holder says whose secrets the configuration holds: nil for a
 	// dealer's configuration with everyone's, else the one party made
-	// by ForReplica or ForClient.
+	// by ForReplica, ForClient or ForClients.
 	Holder *Holder `json:"holder,omitempty"`
 }
 
@@ -97,26 +100,28 @@ type Client struct {
 }
 
 // Holder names the one party whose secrets a stripped configuration
-// holds: a replica, a client, or a party holding several clients' keys.
+// holds: a replica, a client, a party holding several clients' keys, or
+// a replica that also holds the keys of clients of its own.
 type Holder struct {
 	Client bool   `json:"client,omitempty"` // ID is a ClientID, not a ReplicaID
 	ID     uint64 `json:"id"`
 	// Clients, if not empty, makes the holder a party with these
 	// clients' keys, in increasing order (ForClients); Client and ID are
-	// unset then.
+	// unset then, unless Replica is set.
 	Clients []bft.ClientID `json:"clients,omitempty"`
+	// Replica, set only with Clients, makes the holder replica ID that
+	// also holds those clients' keys (ForReplica with clients named).
+	Replica bool `json:"replica,omitempty"`
 }
 
 func (h *Holder) String() string {
 	switch {
 	case h == nil:
 		return "the dealer"
+	case h.Replica:
+		return fmt.Sprintf("replica %d with %s", h.ID, clientList(h.Clients))
 	case len(h.Clients) > 0:
-		first, last := h.Clients[0], h.Clients[len(h.Clients)-1]
-		if uint64(last-first) == uint64(len(h.Clients)-1) {
-			return fmt.Sprintf("the holder of clients %d-%d", first, last)
-		}
-		return fmt.Sprintf("the holder of %d clients from %d to %d", len(h.Clients), first, last)
+		return "the holder of " + clientList(h.Clients)
 	case h.Client:
 		return fmt.Sprintf("client %d", h.ID)
 	default:
@@ -124,9 +129,31 @@ func (h *Holder) String() string {
 	}
 }
 
+// clientList names the clients ids, in increasing order, for a message.
+func clientList(ids []bft.ClientID) string {
+	if len(ids) == 0 {
+		return "no clients"
+	}
+	first, last := ids[0], ids[len(ids)-1]
+	switch {
+	case len(ids) == 1:
+		return fmt.Sprintf("client %d", first)
+	case len(ids) == 2:
+		return fmt.Sprintf("clients %d and %d", first, last)
+	case uint64(last-first) == uint64(len(ids)-1):
+		return fmt.Sprintf("clients %d-%d", first, last)
+	default:
+		return fmt.Sprintf("%d clients from %d to %d", len(ids), first, last)
+	}
+}
+
+// replica reports whether the holder is a replica, with or without
+// clients of its own.
+func (h *Holder) replica() bool { return h != nil && !h.Client && (len(h.Clients) == 0 || h.Replica) }
+
 // forClients reports whether the holder is a client or holds clients'
-// keys, rather than a replica or the dealer.
-func (h *Holder) forClients() bool { return h != nil && (h.Client || len(h.Clients) > 0) }
+// keys only, rather than a replica or the dealer.
+func (h *Holder) forClients() bool { return h != nil && !h.replica() }
 
 // holdsClient reports whether the holder is, or holds the keys of,
 // client id.
@@ -280,7 +307,7 @@ func (c *Cluster) SaveEach(dir string) error {
 	if c.Holder != nil {
 		return fmt.Errorf("auth: save each: %s's configuration lacks the others' secrets", c.Holder)
 	}
-	if err := c.SaveReplicas(dir); err != nil {
+	if err := c.SaveReplicas(dir, nil); err != nil {
 		return err
 	}
 	for _, cl := range c.Clients {
@@ -296,10 +323,16 @@ func (c *Cluster) SaveEach(dir string) error {
 }
 
 // SaveReplicas writes into dir, with Save, replica-<id>.json from
-// ForReplica for every replica: the files SaveEach writes for them.
-func (c *Cluster) SaveReplicas(dir string) error {
+// ForReplica for every replica: the files SaveEach writes for them. If
+// own is not nil, replica id's file also holds the keys of the clients
+// own(id) names: the clients it speaks as.
+func (c *Cluster) SaveReplicas(dir string, own func(bft.ReplicaID) []bft.ClientID) error {
 	for i := range c.Replicas {
-		s, err := c.ForReplica(bft.ReplicaID(i))
+		var clients []bft.ClientID
+		if own != nil {
+			clients = own(bft.ReplicaID(i))
+		}
+		s, err := c.ForReplica(bft.ReplicaID(i), clients...)
 		if err != nil {
 			return err
 		}
@@ -313,7 +346,20 @@ func (c *Cluster) SaveReplicas(dir string) error {
 // holdsReplica reports whether the configuration must hold replica i's
 // secrets.
 func (c *Cluster) holdsReplica(i int) bool {
-	return c.Holder == nil || !c.Holder.forClients() && c.Holder.ID == uint64(i)
+	return c.Holder == nil || c.Holder.replica() && c.Holder.ID == uint64(i)
+}
+
+// HoldsReplica reports whether c holds replica id's secrets, to act as
+// it: c is the dealer's configuration or replica id's own.
+func (c *Cluster) HoldsReplica(id bft.ReplicaID) bool {
+	return uint64(id) < uint64(len(c.Replicas)) && c.holdsReplica(int(id))
+}
+
+// HoldsClient reports whether c holds client id's keys, to act as it:
+// c is the dealer's configuration, or its holder is or speaks as client
+// id.
+func (c *Cluster) HoldsClient(id bft.ClientID) bool {
+	return c.client(id) != nil && c.Holder.holdsClient(id)
 }
 
 // Validate checks the configuration: n = 3F+1 replicas with IDs equal to
@@ -330,13 +376,17 @@ func (c *Cluster) Validate() error {
 	}
 	if h := c.Holder; h != nil {
 		switch {
-		case len(h.Clients) > 0 && (h.Client || h.ID != 0):
+		case h.Replica && h.Client:
+			return errors.New("holder: a replica and a client at once")
+		case h.Replica && len(h.Clients) == 0:
+			return errors.New("holder: a replica with clients of its own names none")
+		case len(h.Clients) > 0 && !h.Replica && (h.Client || h.ID != 0):
 			return errors.New("holder: names clients and one party too")
 		case len(h.Clients) > 0 && !slices.IsSorted(h.Clients):
 			return errors.New("holder: clients out of order")
 		case len(h.Clients) > 0 && len(slices.Compact(slices.Clone(h.Clients))) != len(h.Clients):
 			return errors.New("holder: a client named twice")
-		case !h.forClients() && h.ID >= uint64(n):
+		case h.replica() && h.ID >= uint64(n):
 			return fmt.Errorf("holder: no replica %d", h.ID)
 		}
 	}
@@ -403,21 +453,22 @@ func (c *Cluster) Validate() error {
 			return fmt.Errorf("client %d: duplicate ID", cl.ID)
 		}
 		ids[cl.ID] = true
+		held := h.holdsClient(cl.ID) // every key of the client is here
 		switch {
-		case h.forClients() && !h.holdsClient(cl.ID):
+		case !held && h.forClients():
 			// Another client's file: no key of this client.
 			if len(cl.Keys) != 0 {
 				return fmt.Errorf("client %d: holds the client's keys, but the configuration is %s's", cl.ID, h)
 			}
 			continue
-		case h.forClients():
+		case held && h != nil:
 			heldClients++
 		}
 		if len(cl.Keys) != n {
 			return fmt.Errorf("client %d: %d keys, want one per replica (%d)", cl.ID, len(cl.Keys), n)
 		}
 		for r, k := range cl.Keys {
-			if c.holdsReplica(r) || h.forClients() {
+			if held || c.holdsReplica(r) {
 				if len(k) != KeySize {
 					return fmt.Errorf("client %d: key for replica %d: %d bytes, want %d", cl.ID, r, len(k), KeySize)
 				}
@@ -457,9 +508,13 @@ func cloneKeys(ks [][]byte) [][]byte {
 
 // ForReplica returns a copy of c for replica id to keep: every address
 // and public key, and only replica id's secrets (its private key, its
-// keys with the other replicas, and each client's key with it). c must
-// hold those secrets: be the dealer's or replica id's own.
-func (c *Cluster) ForReplica(id bft.ReplicaID) (*Cluster, error) {
+// keys with the other replicas, and each client's key with it). If
+// clients are named, the copy also holds their keys, for a replica that
+// speaks as those clients too (an orderer orders through two client
+// identities of its own), and nothing more of any other client. c must
+// hold those secrets: be the dealer's or replica id's own with those
+// clients.
+func (c *Cluster) ForReplica(id bft.ReplicaID, clients ...bft.ClientID) (*Cluster, error) {
 	n := len(c.Replicas)
 	if uint64(id) >= uint64(n) {
 		return nil, fmt.Errorf("auth: no replica %d in a cluster of %d", id, n)
@@ -467,13 +522,24 @@ func (c *Cluster) ForReplica(id bft.ReplicaID) (*Cluster, error) {
 	if !c.holdsReplica(int(id)) {
 		return nil, fmt.Errorf("auth: replica %d's secrets are not in %s's configuration", id, c.Holder)
 	}
-	s := &Cluster{F: c.F, Replicas: c.publicReplicas(), Clients: make([]Client, len(c.Clients)), Holder: &Holder{ID: uint64(id)}}
+	h := &Holder{ID: uint64(id)}
+	if len(clients) > 0 {
+		ids, err := c.heldClients(clients)
+		if err != nil {
+			return nil, err
+		}
+		h.Clients, h.Replica = ids, true
+	}
+	s := &Cluster{F: c.F, Replicas: c.publicReplicas(), Clients: make([]Client, len(c.Clients)), Holder: h}
 	own, r := &s.Replicas[id], &c.Replicas[id]
 	own.PrivateKey = bytes.Clone(r.PrivateKey)
 	own.MACKeys = cloneKeys(r.MACKeys)
 	for i, cl := range c.Clients {
 		keys := make([][]byte, n)
-		if int(id) < len(cl.Keys) {
+		switch {
+		case h.holdsClient(cl.ID):
+			keys = cloneKeys(cl.Keys)
+		case int(id) < len(cl.Keys):
 			keys[id] = bytes.Clone(cl.Keys[id])
 		}
 		s.Clients[i] = Client{ID: cl.ID, Keys: keys}
@@ -502,19 +568,30 @@ func (c *Cluster) ForClients(ids []bft.ClientID) (*Cluster, error) {
 	if len(ids) == 0 {
 		return nil, errors.New("auth: for clients: no client named")
 	}
-	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	ids, err := c.heldClients(ids)
+	if err != nil {
+		return nil, err
+	}
 	s := &Cluster{F: c.F, Replicas: c.publicReplicas(), Holder: &Holder{Clients: ids}}
+	for _, id := range ids {
+		s.Clients = append(s.Clients, Client{ID: id, Keys: cloneKeys(c.client(id).Keys)})
+	}
+	return s, nil
+}
+
+// heldClients returns ids sorted, each once, or an error if c does not
+// hold the keys of one of them.
+func (c *Cluster) heldClients(ids []bft.ClientID) ([]bft.ClientID, error) {
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
 	for _, id := range ids {
 		if !c.Holder.holdsClient(id) {
 			return nil, fmt.Errorf("auth: client %d's keys are not in %s's configuration", id, c.Holder)
 		}
-		cl := c.client(id)
-		if cl == nil {
+		if c.client(id) == nil {
 			return nil, fmt.Errorf("auth: no client %d", id)
 		}
-		s.Clients = append(s.Clients, Client{ID: id, Keys: cloneKeys(cl.Keys)})
 	}
-	return s, nil
+	return ids, nil
 }
 
 func (c *Cluster) client(id bft.ClientID) *Client {

@@ -71,33 +71,6 @@ func announced(t *testing.T, out *syncBuffer) string {
 	return ""
 }
 
-// freePorts gives the replicas of a cluster's files loopback ports that
-// were free a moment ago, the same in every file.
-func freePorts(t *testing.T, files ...string) {
-	t.Helper()
-	var addrs []string
-	for _, file := range files {
-		c, err := auth.Load(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for len(addrs) < len(c.Replicas) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			addrs = append(addrs, ln.Addr().String())
-			ln.Close()
-		}
-		for i := range c.Replicas {
-			c.Replicas[i].Addr = addrs[i]
-		}
-		if err := c.Save(file); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // inProcess returns a function that runs a coord command in this process
 // and returns its standard output, and one that stops every command it
 // started (at the latest when the test ends): each must then exit with
@@ -181,7 +154,7 @@ func TestCommands(t *testing.T) {
 	if c.N() != 4 || len(c.Clients) != 8 || c.Replicas[3].Addr != "127.0.0.1:7103" {
 		t.Fatalf("cluster: %d replicas, %d clients, %s", c.N(), len(c.Clients), c.Replicas[3].Addr)
 	}
-	freePorts(t, file)
+	proctest.FreePorts(t, file)
 
 	start, stop := inProcess(t)
 	var r0Out *syncBuffer

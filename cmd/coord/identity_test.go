@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/rubin-go/rubin/internal/proctest"
 )
 
 // TestTwoGatewaysWithDefaults starts a cluster and a gateway with the
@@ -23,7 +25,7 @@ func TestTwoGatewaysWithDefaults(t *testing.T) {
 	if code, _, stderr := runCmd(t, "keygen", "-n", "4", "-clients", "8", "-out", file); code != exitOK {
 		t.Fatalf("keygen: %d\n%s", code, stderr)
 	}
-	freePorts(t, file)
+	proctest.FreePorts(t, file)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -125,7 +127,7 @@ func TestGatewaysShareIdentitiesOut(t *testing.T) {
 	if code, _, stderr := runCmd(t, "gateway", "-cluster", file); code != exitUsage || !strings.Contains(stderr, "-gateway I") {
 		t.Fatalf("a gateway without -gateway: exit status %d\n%s", code, stderr)
 	}
-	freePorts(t, file)
+	proctest.FreePorts(t, file)
 	start, _ := inProcess(t)
 	for i := range 4 {
 		start("replica", "-id", strconv.Itoa(i), "-cluster", file)
@@ -149,7 +151,7 @@ func TestSplitSecrets(t *testing.T) {
 		t.Fatalf("keygen: %d\n%s%s", code, stdout, stderr)
 	}
 	file := func(name string) string { return filepath.Join(parties, name+".json") }
-	freePorts(t, file("replica-0"), file("replica-1"), file("replica-2"), file("replica-3"), file("gateway-0"), file("gateway-1"))
+	proctest.FreePorts(t, file("replica-0"), file("replica-1"), file("replica-2"), file("replica-3"), file("gateway-0"), file("gateway-1"))
 	for _, tc := range []struct {
 		args []string
 		want string

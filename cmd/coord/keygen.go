@@ -86,7 +86,7 @@ func saveParties(c *auth.Cluster, share gatewaysFile, dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	if err := c.SaveReplicas(dir); err != nil {
+	if err := c.SaveReplicas(dir, nil); err != nil {
 		return err
 	}
 	for _, g := range share.Gateways {

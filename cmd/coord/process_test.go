@@ -82,7 +82,7 @@ func TestKillPrimaryProcess(t *testing.T) {
 	if code, _, stderr := runCmd(t, "keygen", "-clients", "8", "-out", file); code != exitOK {
 		t.Fatalf("keygen: %d\n%s", code, stderr)
 	}
-	freePorts(t, file)
+	proctest.FreePorts(t, file)
 	procs := make([]*exec.Cmd, 4)
 	for i := range procs {
 		procs[i], _ = startProcess(t, file, filepath.Join(dir, strconv.Itoa(i)), i)
@@ -183,7 +183,7 @@ func byzantineProcesses(t *testing.T, liars int) string {
 	if code, _, stderr := runCmd(t, "keygen", "-clients", "8", "-out", file); code != exitOK {
 		t.Fatalf("keygen: %d\n%s", code, stderr)
 	}
-	freePorts(t, file)
+	proctest.FreePorts(t, file)
 	var liarErrs []*syncBuffer
 	for i := range 4 {
 		var env []string

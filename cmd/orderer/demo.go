@@ -40,7 +40,9 @@ type demoCluster struct {
 
 // startDemoCluster runs four orderers of demoChannel in this process,
 // cutting blocks as bc says; with dataDir set, orderer i is durable in
-// dataDir/i (its PBFT log and snapshots, and its ledger of blocks).
+// dataDir/i (its PBFT log and snapshots, and its ledger of blocks). Each
+// orderer gets only its own secrets, as orderer keygen -split deploys a
+// cluster.
 func startDemoCluster(ctx context.Context, transport *rubin.Config, writers, readers *envelope.Policy, bc block.Config, dataDir string) (*demoCluster, error) {
 	cl, err := auth.Generate(4, 8, "127.0.0.1", 1, nil) // two clients an orderer: order.ClientIDs
 	if err != nil {
@@ -63,6 +65,11 @@ func startDemoCluster(ctx context.Context, transport *rubin.Config, writers, rea
 		d.keys = append(d.keys, cl.Replicas[i].PublicKey)
 	}
 	for i := range cl.Replicas {
+		own, err := cl.ForReplica(bft.ReplicaID(i), ownClients(cl.N(), bft.ReplicaID(i))...)
+		if err != nil {
+			d.stop()
+			return nil, err
+		}
 		gl, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			d.stop()
@@ -73,7 +80,7 @@ func startDemoCluster(ctx context.Context, transport *rubin.Config, writers, rea
 			dir = filepath.Join(dataDir, strconv.Itoa(i))
 		}
 		o, err := server.NewOrderer(server.OrdererConfig{
-			Cluster: cl, ID: bft.ReplicaID(i), Transport: transport,
+			Cluster: own, ID: bft.ReplicaID(i), Transport: transport,
 			Channel: demoChannel, Writers: writers, Readers: readers,
 			Block: bc, DataDir: dir,
 			Listener: gl, ReplicaListener: rlns[i],

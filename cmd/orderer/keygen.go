@@ -7,9 +7,11 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
+	"github.com/rubin-go/rubin/bft"
 	"github.com/rubin-go/rubin/bft/auth"
 	"github.com/rubin-go/rubin/internal/cli"
 	"github.com/rubin-go/rubin/order/block"
@@ -19,14 +21,15 @@ import (
 
 func runKeygen(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	var n, basePort, broadcastPort int
-	var host, out, name, writers, readers string
+	var host, out, split, name, writers, readers string
 	var bc block.Config
 	err := parseFlags("keygen", args, stderr, func(fs *flag.FlagSet) {
 		fs.IntVar(&n, "n", 4, "orderers, 3f+1")
 		fs.StringVar(&host, "host", "127.0.0.1", "host of every orderer's addresses")
 		fs.IntVar(&basePort, "base-port", 7100, "orderer i's replica listens on host:base-port+i")
 		fs.IntVar(&broadcastPort, "broadcast-port", 7050, "orderer i serves AtomicBroadcast on host:broadcast-port+i")
-		fs.StringVar(&out, "out", "cluster.json", "the cluster file to write; the channel goes beside it in .channel.json")
+		fs.StringVar(&out, "out", "cluster.json", "the cluster file to write: every orderer's secrets, for a cluster on one machine; the channel goes beside it in .channel.json")
+		fs.StringVar(&split, "split", "", "also write each orderer's own file into `dir`: replica-I.json for orderer I, holding only its secrets, with the channel beside it in replica-I.channel.json; give each machine its own")
 		fs.StringVar(&name, "channel", "", "the channel's name")
 		fs.StringVar(&writers, "writers", "", "PEM file of the CA certificates whose identities may broadcast (the Writers policy)")
 		fs.StringVar(&readers, "readers", "", "PEM file of the CA certificates whose identities may deliver (the Readers policy; default: -writers)")
@@ -84,5 +87,40 @@ func runKeygen(_ context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	fmt.Fprintf(stdout, "wrote %s: %d orderers (f=%d), replicas from %s\n", out, n, c.F, c.Replicas[0].Addr)
 	fmt.Fprintf(stdout, "wrote %s: channel %q, AtomicBroadcast from %s\n", channelPath(out), name, ch.Broadcast[0])
+	if split == "" {
+		return nil
+	}
+	if err := saveOrderers(c, &ch, split); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s: replica-0.json to replica-%d.json, each with its orderer's secrets and client identities only, and the channel beside each\n", split, n-1)
+	return nil
+}
+
+// ownClients returns the client identities orderer id of n orders
+// through (server.ClientIDs): its file holds their keys besides its
+// replica's secrets.
+func ownClients(n int, id bft.ReplicaID) []bft.ClientID {
+	envelopes, duties := server.ClientIDs(n, id)
+	return []bft.ClientID{envelopes, duties}
+}
+
+// saveOrderers writes into dir one file per orderer of the dealer's c,
+// holding only its secrets: replica-I.json with orderer I's replica
+// secrets and its client identities' keys (ForReplica with ownClients),
+// and the channel ch beside it. No orderer's file can act as another
+// orderer, nor sign or order as one.
+func saveOrderers(c *auth.Cluster, ch *channelFile, dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := c.SaveReplicas(dir, func(id bft.ReplicaID) []bft.ClientID { return ownClients(c.N(), id) }); err != nil {
+		return err
+	}
+	for i := range c.N() {
+		if err := ch.save(channelPath(filepath.Join(dir, fmt.Sprintf("replica-%d.json", i)))); err != nil {
+			return err
+		}
+	}
 	return nil
 }

@@ -5,20 +5,27 @@
 //
 // Usage:
 //
-//	orderer keygen -n 4 -base-port 7100 -out cluster.json -channel NAME -writers CA.pem [-readers CA.pem] [-host 127.0.0.1] [-broadcast-port 7050] [-max-message-count 500] [-absolute-max-bytes 524288] [-preferred-max-bytes 524288] [-batch-timeout 2s]
-//	orderer replica -id I -cluster cluster.json [-data-dir DIR] [-listen HOST:PORT] [-metrics-addr ADDR] [-transport tcp|rdma] [-v]
+//	orderer keygen -n 4 -base-port 7100 -out cluster.json -channel NAME -writers CA.pem [-readers CA.pem] [-host 127.0.0.1] [-broadcast-port 7050] [-max-message-count 500] [-absolute-max-bytes 524288] [-preferred-max-bytes 524288] [-batch-timeout 2s] [-split DIR]
+//	orderer replica -id I -cluster replica-I.json [-data-dir DIR] [-listen HOST:PORT] [-metrics-addr ADDR] [-transport tcp|rdma] [-v]
 //	orderer demo [-envelopes 400] [-transport tcp|rdma]
 //	orderer bench [-quick] [-duration 30s] [-warmup 5s] [-streams 32] [-window 8] [-size 1024] [-verify-samples 5000] [-envelopes N] [-observe 0] [-data-dir DIR] [-cpuprofile FILE]
 //
 // keygen writes a cluster file as bft keygen does (every orderer's
-// replica address and keys, and one client identity per orderer, through
-// which it orders), and beside it, in CLUSTER.channel.json, the channel:
-// its name, the CA certificates of its Writers and Readers policies
-// (-readers defaults to -writers), how blocks are cut, and the address
-// each orderer serves AtomicBroadcast on (host:broadcast-port+i).
+// replica address and keys, and two client identities per orderer,
+// through which it orders), and beside it, in CLUSTER.channel.json, the
+// channel: its name, the CA certificates of its Writers and Readers
+// policies (-readers defaults to -writers), how blocks are cut, and the
+// address each orderer serves AtomicBroadcast on (host:broadcast-port+i).
+// The cluster file holds every orderer's secrets; with -split DIR keygen
+// also writes DIR/replica-I.json for each orderer I, holding every
+// address and public key but only orderer I's secrets (its signing key,
+// its MAC keys with the other orderers, each client identity's key with
+// it, and the keys of its own identities I and n+I), with the channel
+// beside it in DIR/replica-I.channel.json: what orderer I's machine gets.
 //
-// replica runs orderer I until interrupted: its PBFT replica on the
-// cluster file's address and AtomicBroadcast on -listen (default: the
+// replica runs orderer I until interrupted, from its own file (or the
+// cluster file; another orderer's file is refused): its PBFT replica on
+// the cluster file's address and AtomicBroadcast on -listen (default: the
 // channel file's address; port 0 picks a free one). Once both listen it
 // prints "orderer I listening on ADDR, broadcast on ADDR". With -data-dir
 // its replica persists its log and snapshots there, and its blocks in
@@ -70,8 +77,8 @@ func main() {
 }
 
 const usageText = `usage:
-  orderer keygen -n 4 -base-port 7100 -out cluster.json -channel NAME -writers CA.pem [-readers CA.pem] [-host 127.0.0.1] [-broadcast-port 7050] [-max-message-count 500] [-absolute-max-bytes 524288] [-preferred-max-bytes 524288] [-batch-timeout 2s]
-  orderer replica -id I -cluster cluster.json [-data-dir DIR] [-listen HOST:PORT] [-metrics-addr ADDR] [-transport tcp|rdma] [-v]
+  orderer keygen -n 4 -base-port 7100 -out cluster.json -channel NAME -writers CA.pem [-readers CA.pem] [-host 127.0.0.1] [-broadcast-port 7050] [-max-message-count 500] [-absolute-max-bytes 524288] [-preferred-max-bytes 524288] [-batch-timeout 2s] [-split DIR]
+  orderer replica -id I -cluster replica-I.json [-data-dir DIR] [-listen HOST:PORT] [-metrics-addr ADDR] [-transport tcp|rdma] [-v]
   orderer demo [-envelopes 400] [-transport tcp|rdma]
   orderer bench [-quick] [-duration 30s] [-warmup 5s] [-streams 32] [-window 8] [-size 1024] [-verify-samples 5000] [-envelopes N] [-observe 0] [-data-dir DIR] [-cpuprofile FILE]
 `

@@ -71,24 +71,83 @@ func scrape(t *testing.T, stderr *proctest.Buffer) string {
 	return string(b)
 }
 
-// freeBroadcastPorts gives the orderers of a channel file loopback ports
-// for AtomicBroadcast that were free a moment ago.
-func freeBroadcastPorts(t *testing.T, file string) {
+// freeBroadcastPorts gives the orderers of the channel file beside each
+// cluster file the same loopback ports for AtomicBroadcast, free a
+// moment ago.
+func freeBroadcastPorts(t *testing.T, files ...string) {
 	t.Helper()
-	ch, err := loadChannel(channelPath(file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range ch.file.Broadcast {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var addrs []string
+	for _, file := range files {
+		ch, err := loadChannel(channelPath(file))
 		if err != nil {
 			t.Fatal(err)
 		}
-		ch.file.Broadcast[i] = ln.Addr().String()
-		ln.Close()
+		for len(addrs) < len(ch.file.Broadcast) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addrs = append(addrs, ln.Addr().String())
+			ln.Close()
+		}
+		copy(ch.file.Broadcast, addrs)
+		if err := ch.file.save(channelPath(file)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := ch.file.save(channelPath(file)); err != nil {
+}
+
+// dialOrderer returns an AtomicBroadcast client of the orderer at addr;
+// the test's cleanup closes its connection.
+func dialOrderer(t *testing.T, addr string) ab.AtomicBroadcastClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return ab.NewAtomicBroadcastClient(conn)
+}
+
+// signedEnvelopes returns n envelopes of channel mychannel signed by s,
+// their data tag and their index.
+func signedEnvelopes(t *testing.T, s *ordertest.Signer, tag string, n int) []*cb.Envelope {
+	t.Helper()
+	var out []*cb.Envelope
+	for i := range n {
+		e, err := s.Envelope(cb.HeaderType_ENDORSER_TRANSACTION, "mychannel", fmt.Appendf(nil, "%s %d", tag, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// sender broadcasts envelopes, from several goroutines at once, and
+// keeps those accepted.
+type sender struct {
+	t        *testing.T
+	ctx      context.Context
+	mu       sync.Mutex
+	accepted []*cb.Envelope
+}
+
+// send broadcasts envs through c, calling after as ordertest.Broadcast
+// does, and keeps those accepted; any other answer fails the test.
+func (s *sender) send(c ab.AtomicBroadcastClient, envs []*cb.Envelope, after func(int)) {
+	sts, err := ordertest.Broadcast(s.ctx, c, envs, after)
+	if err != nil {
+		s.t.Errorf("broadcast: %v", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, r := range sts {
+		if r.Status != cb.Status_SUCCESS {
+			s.t.Errorf("envelope %q: %v", envs[i].Payload[len(envs[i].Payload)-8:], r)
+			continue
+		}
+		s.accepted = append(s.accepted, envs[i])
 	}
 }
 
@@ -144,12 +203,7 @@ func TestProcesses(t *testing.T) {
 		if i == 3 {
 			stderr3 = stderr
 		}
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		clients[i] = ab.NewAtomicBroadcastClient(conn)
+		clients[i] = dialOrderer(t, addr)
 	}
 	writer, err := writersCA.Issue("writer", "Org1MSP")
 	if err != nil {
@@ -157,45 +211,18 @@ func TestProcesses(t *testing.T) {
 	}
 	reader, _ := readersCA.Issue("reader", "Org2MSP")
 	forger, _ := evilCA.Issue("forger", "Org1MSP")
-	envelopes := func(s *ordertest.Signer, tag string, n int) []*cb.Envelope {
-		var out []*cb.Envelope
-		for i := range n {
-			e, err := s.Envelope(cb.HeaderType_ENDORSER_TRANSACTION, "mychannel", []byte(fmt.Sprintf("%s %d", tag, i)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, e)
-		}
-		return out
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var accepted []*cb.Envelope
-	var mu sync.Mutex
-	send := func(c ab.AtomicBroadcastClient, envs []*cb.Envelope, after func(int)) {
-		sts, err := ordertest.Broadcast(ctx, c, envs, after)
-		if err != nil {
-			t.Errorf("broadcast: %v", err)
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		for i, r := range sts {
-			if r.Status != cb.Status_SUCCESS {
-				t.Errorf("envelope %q: %v", envs[i].Payload[len(envs[i].Payload)-8:], r)
-				continue
-			}
-			accepted = append(accepted, envs[i])
-		}
-	}
+	s := &sender{t: t, ctx: ctx}
 
 	// Signed envelopes through two orderers at once; forged ones refused.
 	var wg sync.WaitGroup
-	wg.Go(func() { send(clients[0], envelopes(writer, "first", 25), nil) })
-	wg.Go(func() { send(clients[1], envelopes(writer, "second", 25), nil) })
-	forged := envelopes(forger, "forged", 3)
-	tampered := proto.Clone(envelopes(writer, "tampered", 1)[0]).(*cb.Envelope)
+	wg.Go(func() { s.send(clients[0], signedEnvelopes(t, writer, "first", 25), nil) })
+	wg.Go(func() { s.send(clients[1], signedEnvelopes(t, writer, "second", 25), nil) })
+	forged := signedEnvelopes(t, forger, "forged", 3)
+	tampered := proto.Clone(signedEnvelopes(t, writer, "tampered", 1)[0]).(*cb.Envelope)
 	tampered.Payload[len(tampered.Payload)-1] ^= 1
-	forged = append(forged, tampered, envelopes(reader, "reader", 1)[0])
+	forged = append(forged, tampered, signedEnvelopes(t, reader, "reader", 1)[0])
 	sts, err := ordertest.Broadcast(ctx, clients[2], forged, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -211,7 +238,7 @@ func TestProcesses(t *testing.T) {
 	// stream of envelopes; then more go through orderer 2.
 	start := time.Now()
 	wg.Go(func() {
-		send(clients[1], envelopes(writer, "during", 40), func(i int) {
+		s.send(clients[1], signedEnvelopes(t, writer, "during", 40), func(i int) {
 			if i == 9 {
 				procs[0].Process.Kill()
 			}
@@ -223,30 +250,30 @@ func TestProcesses(t *testing.T) {
 	if ws, ok := procs[0].ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("orderer 0 was not killed by SIGKILL: %v", procs[0].ProcessState)
 	}
-	send(clients[2], envelopes(writer, "after", 20), nil)
+	s.send(clients[2], signedEnvelopes(t, writer, "after", 20), nil)
 	if t.Failed() {
 		return
 	}
 
-	a := chain(t, clients[2], reader, keys, len(accepted))
-	b := chain(t, clients[3], reader, keys, len(accepted))
-	if err := ordertest.CheckDelivered([][]*cb.Block{a, b}, accepted, forged); err != nil {
+	a := chain(t, clients[2], reader, keys, len(s.accepted))
+	b := chain(t, clients[3], reader, keys, len(s.accepted))
+	if err := ordertest.CheckDelivered([][]*cb.Block{a, b}, s.accepted, forged); err != nil {
 		t.Fatal(err)
 	}
-	if len(accepted) != 110 {
-		t.Fatalf("%d envelopes accepted of 110", len(accepted))
+	if len(s.accepted) != 110 {
+		t.Fatalf("%d envelopes accepted of 110", len(s.accepted))
 	}
 	// Orderer 0, restarted on its data directory, takes part again (with
 	// orderer 1 killed, the cluster needs it) and delivers the same chain.
 	procs[0], _, _ = startOrderer(t, file, filepath.Join(dir, "0"), 0)
 	procs[1].Process.Kill()
 	procs[1].Wait()
-	send(clients[0], envelopes(writer, "restarted", 10), nil)
+	s.send(clients[0], signedEnvelopes(t, writer, "restarted", 10), nil)
 	if t.Failed() {
 		return
 	}
-	final := [][]*cb.Block{chain(t, clients[0], reader, keys, len(accepted)), chain(t, clients[3], reader, keys, len(accepted))}
-	if err := ordertest.CheckDelivered(final, accepted, forged); err != nil {
+	final := [][]*cb.Block{chain(t, clients[0], reader, keys, len(s.accepted)), chain(t, clients[3], reader, keys, len(s.accepted))}
+	if err := ordertest.CheckDelivered(final, s.accepted, forged); err != nil {
 		t.Fatal(err)
 	}
 	metrics := scrape(t, stderr3)
@@ -262,8 +289,8 @@ func TestProcesses(t *testing.T) {
 		procs[i].Wait()
 	}
 	procs[0], _, _ = startOrderer(t, file, filepath.Join(dir, "0"), 0)
-	if err := ordertest.CheckDelivered([][]*cb.Block{final[0], chain(t, clients[0], reader, keys, len(accepted))}, accepted, forged); err != nil {
+	if err := ordertest.CheckDelivered([][]*cb.Block{final[0], chain(t, clients[0], reader, keys, len(s.accepted))}, s.accepted, forged); err != nil {
 		t.Fatalf("restarted alone: %v", err)
 	}
-	t.Logf("%d envelopes in %d blocks; 40 envelopes across the primary's crash in %v", len(accepted), len(final[0]), during)
+	t.Logf("%d envelopes in %d blocks; 40 envelopes across the primary's crash in %v", len(s.accepted), len(final[0]), during)
 }

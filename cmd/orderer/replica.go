@@ -26,7 +26,7 @@ func runReplica(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var transport rubin.Config
 	err := parseFlags("replica", args, stderr, func(fs *flag.FlagSet) {
 		fs.IntVar(&id, "id", -1, "this orderer's index in the cluster file")
-		fs.StringVar(&path, "cluster", "cluster.json", "the cluster file, as orderer keygen writes it, with its .channel.json beside it")
+		fs.StringVar(&path, "cluster", "cluster.json", "this orderer's file, as orderer keygen -split writes it (or the cluster file with every orderer's secrets), with its .channel.json beside it")
 		fs.StringVar(&dataDir, "data-dir", "", "persist the replica's log and snapshots in `dir`, and the blocks in dir/blocks, and recover from them at start")
 		fs.StringVar(&listen, "listen", "", "serve AtomicBroadcast on `host:port` (default: the channel file's address for this orderer)")
 		fs.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics")
@@ -49,6 +49,9 @@ func runReplica(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if id < 0 || id >= c.N() || id >= len(ch.file.Broadcast) {
 		return fmt.Errorf("%w: -id %d is not an orderer of %s (0 to %d)", cli.ErrUsage, id, path, c.N()-1)
+	}
+	if err := ownFile(c, path, bft.ReplicaID(id)); err != nil {
+		return err
 	}
 	if listen == "" {
 		listen = ch.file.Broadcast[id]
@@ -100,4 +103,18 @@ func runReplica(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}()
 	return o.Run(ctx)
+}
+
+// ownFile checks that c, loaded from path, holds orderer id's secrets:
+// its replica's and those of its client identities (ownClients).
+func ownFile(c *auth.Cluster, path string, id bft.ReplicaID) error {
+	if !c.HoldsReplica(id) {
+		return fmt.Errorf("%w: %s is %s's file, not orderer %d's: each orderer runs from its own (orderer keygen -split)", cli.ErrUsage, path, c.Holder, id)
+	}
+	for _, cid := range ownClients(c.N(), id) {
+		if !c.HoldsClient(cid) {
+			return fmt.Errorf("%w: %s lacks the keys of client %d, through which orderer %d orders (orderer keygen -split writes them into its file)", cli.ErrUsage, path, cid, id)
+		}
+	}
+	return nil
 }

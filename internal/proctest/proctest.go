@@ -35,26 +35,37 @@ func (b *Buffer) String() string {
 	return b.buf.String()
 }
 
-// FreePorts gives the replicas of the cluster file loopback ports that
-// were free a moment ago, saves it and returns it.
-func FreePorts(t testing.TB, file string) *auth.Cluster {
+// FreePorts gives the replicas of a cluster file loopback ports that
+// were free a moment ago, saves it and returns it. The files of more,
+// each party's own of the same cluster, get the same ports.
+func FreePorts(t testing.TB, file string, more ...string) *auth.Cluster {
 	t.Helper()
-	c, err := auth.Load(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range c.Replicas {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var first *auth.Cluster
+	var addrs []string
+	for _, f := range append([]string{file}, more...) {
+		c, err := auth.Load(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.Replicas[i].Addr = ln.Addr().String()
-		ln.Close()
+		for len(addrs) < c.N() {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addrs = append(addrs, ln.Addr().String())
+			ln.Close()
+		}
+		for i := range c.Replicas {
+			c.Replicas[i].Addr = addrs[i]
+		}
+		if err := c.Save(f); err != nil {
+			t.Fatal(err)
+		}
+		if first == nil {
+			first = c
+		}
 	}
-	if err := c.Save(file); err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return first
 }
 
 // Start starts cmd, whose Stdout and Stderr must be unset, and waits, at

@@ -29,20 +29,32 @@ func TestFreePorts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	file := filepath.Join(t.TempDir(), "cluster.json")
+	dir := t.TempDir()
+	file := filepath.Join(dir, "cluster.json")
 	if err := c.Save(file); err != nil {
 		t.Fatal(err)
 	}
-	got := proctest.FreePorts(t, file)
-	saved, err := auth.Load(file)
-	if err != nil {
+	// Replica 2's own file gets the same ports.
+	own := filepath.Join(dir, "replica-2.json")
+	r2, _ := c.ForReplica(2)
+	if err := r2.Save(own); err != nil {
 		t.Fatal(err)
 	}
+	got := proctest.FreePorts(t, file, own)
 	seen := map[string]bool{}
-	for i, r := range saved.Replicas {
-		if r.Addr != got.Replicas[i].Addr || r.Addr == c.Replicas[i].Addr || seen[r.Addr] {
-			t.Fatalf("replica %d: %s", i, r.Addr)
+	for _, f := range []string{file, own} {
+		saved, err := auth.Load(f)
+		if err != nil {
+			t.Fatal(err)
 		}
-		seen[r.Addr] = true
+		for i, r := range saved.Replicas {
+			if r.Addr != got.Replicas[i].Addr || r.Addr == c.Replicas[i].Addr || f == file && seen[r.Addr] {
+				t.Fatalf("%s: replica %d: %s", f, i, r.Addr)
+			}
+			seen[r.Addr] = true
+		}
+	}
+	if saved, _ := auth.Load(own); saved.Holder == nil || saved.Holder.ID != 2 {
+		t.Errorf("replica 2's file lost its holder: %+v", saved.Holder)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
-	"slices"
 	"sync"
 
 	ab "github.com/hyperledger/fabric-protos-go-apiv2/orderer"
@@ -108,11 +107,11 @@ func NewOrderer(cfg OrdererConfig) (*Orderer, error) {
 	}
 	envID, dutyID := order.ClientIDs(c.N(), cfg.ID)
 	for _, id := range []bft.ClientID{envID, dutyID} {
-		if !slices.ContainsFunc(c.Clients, func(k auth.Client) bool { return k.ID == id }) {
-			return nil, fmt.Errorf("server: the cluster holds no client %d for orderer %d: an orderer needs clients i and n+i (orderer keygen makes them)", id, cfg.ID)
+		if !c.HoldsClient(id) {
+			return nil, fmt.Errorf("server: the cluster holds no keys of client %d for orderer %d: an orderer needs clients i and n+i (orderer keygen makes them)", id, cfg.ID)
 		}
 	}
-	if len(c.Replicas[cfg.ID].PrivateKey) != ed25519.SeedSize {
+	if !c.HoldsReplica(cfg.ID) {
 		return nil, fmt.Errorf("server: the cluster holds no key of orderer %d", cfg.ID)
 	}
 	if cfg.Logger == nil {
