@@ -14,6 +14,7 @@ import (
 	"github.com/rubin-go/rubin/bft"
 	"github.com/rubin-go/rubin/bft/auth"
 	"github.com/rubin-go/rubin/internal/cli"
+	"github.com/rubin-go/rubin/order"
 	"github.com/rubin-go/rubin/order/block"
 	"github.com/rubin-go/rubin/order/envelope"
 	"github.com/rubin-go/rubin/order/server"
@@ -98,10 +99,10 @@ func runKeygen(_ context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 // ownClients returns the client identities orderer id of n orders
-// through (server.ClientIDs): its file holds their keys besides its
+// through (order.ClientIDs): its file holds their keys besides its
 // replica's secrets.
 func ownClients(n int, id bft.ReplicaID) []bft.ClientID {
-	envelopes, duties := server.ClientIDs(n, id)
+	envelopes, duties := order.ClientIDs(n, id)
 	return []bft.ClientID{envelopes, duties}
 }
 
