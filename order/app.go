@@ -40,6 +40,12 @@ type Config struct {
 	// not put in a block again.
 	DedupWindow int
 
+	// OrdererOf names the orderer that orders through a client
+	// identity, if one does (default: as ClientIDs assigns them, see
+	// the function OrdererOf). Valid trusts the checks of the orderers
+	// behind the identities it names.
+	OrdererOf func(bft.ClientID) (bft.ReplicaID, bool)
+
 	// Observer, if set, is told of every block cut and made final, for
 	// metrics.
 	Observer Observer
@@ -131,6 +137,10 @@ func New(cfg Config) (*App, error) {
 	if cfg.Chain == nil {
 		cfg.Chain = NewChain(new(MemStore))
 	}
+	if cfg.OrdererOf == nil {
+		n := len(cfg.Orderers)
+		cfg.OrdererOf = func(c bft.ClientID) (bft.ReplicaID, bool) { return OrdererOf(n, c) }
+	}
 	a := &App{cfg: cfg, quorum: 2*cfg.F + 1, cutter: block.NewCutter(cfg.Block), seenAt: make(map[[32]byte]bool)}
 	a.duties = &Duties{wake: make(chan struct{}, 1), timeout: a.cutter.Config().BatchTimeout}
 	return a, nil
@@ -180,7 +190,7 @@ func (a *App) Valid(ctx bft.ValidContext, op []byte) bool {
 		return true
 	}
 	if ctx.Proposed && a.cfg.F == 1 {
-		if k, ok := OrdererOf(len(a.cfg.Orderers), ctx.Client); ok && k != ctx.Proposer {
+		if k, ok := a.cfg.OrdererOf(ctx.Client); ok && k != ctx.Proposer {
 			return true
 		}
 	}
