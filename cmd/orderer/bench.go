@@ -41,6 +41,8 @@ type benchConfig struct {
 	observe  int           // the orderer whose Deliver is observed
 	block    block.Config  // how blocks are cut; zero: Fabric's defaults
 	profile  string        // a CPU profile of the run goes there, if set
+	net      rubin.Config  // the orderers' transport among themselves
+	host     string        // the address the orderers' replicas listen on
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -67,7 +69,9 @@ func parseBench(args []string, stderr io.Writer) (benchConfig, error) {
 	err := parseFlags("bench", args, stderr, func(fs *flag.FlagSet) {
 		flags = fs
 		fs.IntVar(&cfg.streams, "streams", 32, "Broadcast streams, spread over the four orderers")
-		fs.IntVar(&cfg.window, "window", 8, "envelopes each stream has sent and not had answered, at most")
+		cfg.net.RegisterFlags(fs)
+		fs.StringVar(&cfg.host, "host", "127.0.0.1", "the address the orderers' replicas listen on (over rdma: the RDMA device's)")
+		fs.IntVar(&cfg.window, "window", 16, "envelopes each stream has sent and not had answered, at most (32 streams of 16: twice what the four orderers order at once)")
 		fs.IntVar(&cfg.size, "size", 1024, "data bytes in each envelope")
 		fs.DurationVar(&cfg.duration, "duration", 30*time.Second, "how long the streams write")
 		fs.DurationVar(&cfg.warmup, "warmup", 5*time.Second, "the start of the load left out of the steady window")
@@ -103,6 +107,8 @@ func parseBench(args []string, stderr io.Writer) (benchConfig, error) {
 		return cfg, fmt.Errorf("%w: -streams and -verify-samples must be positive, -size and -envelopes not negative", cli.ErrUsage)
 	case cfg.warmup < 0 || cfg.duration <= cfg.warmup:
 		return cfg, fmt.Errorf("%w: -duration %v must be longer than -warmup %v", cli.ErrUsage, cfg.duration, cfg.warmup)
+	case cfg.net.Transport != "tcp" && cfg.net.Transport != "rdma":
+		return cfg, fmt.Errorf("%w: -transport %q is neither tcp nor rdma", cli.ErrUsage, cfg.net.Transport)
 	case cfg.observe < 0 || cfg.observe > 3:
 		return cfg, fmt.Errorf("%w: -observe %d is not an orderer (0 to 3)", cli.ErrUsage, cfg.observe)
 	}
@@ -143,12 +149,12 @@ func bench(ctx context.Context, cfg benchConfig, stdout io.Writer) (err error) {
 	if cfg.block != (block.Config{}) {
 		batching = "batching"
 	}
-	d, err := startDemoCluster(ctx, &rubin.Config{Transport: "tcp"}, policy, policy, cfg.block, cfg.dataDir)
+	d, err := startDemoCluster(ctx, &cfg.net, cfg.host, policy, policy, cfg.block, cfg.dataDir)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, d.stop()) }()
-	fmt.Fprintf(stdout, "cluster: four durable orderers (PBFT log and ledger in %s), TCP on loopback, %s (MaxMessageCount %d, PreferredMaxBytes %d, BatchTimeout %v)\n", cfg.dataDir, batching, nb.MaxMessageCount, nb.PreferredMaxBytes, nb.BatchTimeout)
+	fmt.Fprintf(stdout, "cluster: four durable orderers (PBFT log and ledger in %s), replicas over %s on %s, Broadcast and Deliver over gRPC on loopback, %s (MaxMessageCount %d, PreferredMaxBytes %d, BatchTimeout %v)\n", cfg.dataDir, cfg.net.Transport, cfg.host, batching, nb.MaxMessageCount, nb.PreferredMaxBytes, nb.BatchTimeout)
 	clients, closeClients, err := d.dial()
 	if err != nil {
 		return err

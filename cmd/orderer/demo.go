@@ -39,11 +39,11 @@ type demoCluster struct {
 }
 
 // startDemoCluster runs four orderers of demoChannel in this process,
-// cutting blocks as bc says; with dataDir set, orderer i is durable in
+// their replicas on host (gRPC on loopback), cutting blocks as bc says; with dataDir set, orderer i is durable in
 // dataDir/i (its PBFT log and snapshots, and its ledger of blocks). Each
 // orderer gets only its own secrets, as orderer keygen -split deploys a
 // cluster.
-func startDemoCluster(ctx context.Context, transport *rubin.Config, writers, readers *envelope.Policy, bc block.Config, dataDir string) (*demoCluster, error) {
+func startDemoCluster(ctx context.Context, transport *rubin.Config, host string, writers, readers *envelope.Policy, bc block.Config, dataDir string) (*demoCluster, error) {
 	cl, err := auth.Generate(4, 8, "127.0.0.1", 1, nil) // two clients an orderer: order.ClientIDs
 	if err != nil {
 		return nil, err
@@ -56,7 +56,7 @@ func startDemoCluster(ctx context.Context, transport *rubin.Config, writers, rea
 		}
 	}()
 	for i := range cl.Replicas {
-		ln, err := rubin.Listen(transport.Transport, "127.0.0.1:0")
+		ln, err := rubin.Listen(transport.Transport, net.JoinHostPort(host, "0"))
 		if err != nil {
 			return nil, err
 		}
@@ -184,7 +184,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	if err != nil {
 		return err
 	}
-	d, err := startDemoCluster(ctx, &transport, policy, policy, block.Config{MaxMessageCount: 20, BatchTimeout: 200 * time.Millisecond}, "")
+	d, err := startDemoCluster(ctx, &transport, "127.0.0.1", policy, policy, block.Config{MaxMessageCount: 20, BatchTimeout: 200 * time.Millisecond}, "")
 	if err != nil {
 		return err
 	}
