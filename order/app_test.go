@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -594,4 +595,35 @@ func mustMarshalEnv(t *testing.T, e *cb.Envelope) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestRestoreKnowsTheGap: a replica restored from a snapshot past what
+// its block store holds (a state transfer, a lost ledger) reports the
+// missing blocks at once, so that it fetches them before the App
+// finalizes another block, which on a quiet channel may be long.
+func TestRestoreKnowsTheGap(t *testing.T) {
+	h := newHarness(t, block.Config{MaxMessageCount: 1})
+	for i := range 3 {
+		h.exec(t, order.EnvelopeOp(h.envelope(t, h.writer, fmt.Sprint("x", i))))
+		h.signAll(t, uint64(i), 0, 1, 2)
+	}
+	snap := h.apps[0].Snapshot()
+	cfg := h.cfg
+	cfg.Self, cfg.Chain = 3, order.NewChain(new(order.MemStore))
+	restored, err := order.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, more := cfg.Chain.Missing()
+	if err := restored.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	if from, to, _ := cfg.Chain.Missing(); from != 0 || to != 3 {
+		t.Fatalf("after the restore: missing [%d, %d), want [0, 3)", from, to)
+	}
+	select {
+	case <-more:
+	default:
+		t.Fatal("the gap was not signalled")
+	}
 }

@@ -195,6 +195,7 @@ func (a *App) Restore(snap []byte) error {
 		}
 	}
 	a.duties.reset(toSign, next, since)
+	a.cfg.Chain.knowFinal(final)
 	return nil
 }
 

@@ -223,6 +223,24 @@ func (c *Chain) appendLocked(raw []byte) (inline bool) {
 	return false
 }
 
+// knowFinal records that blocks up to final are final, as a snapshot
+// restored says: if the store lacks some, they go missing at once, not
+// only once the App finalizes the next block.
+func (c *Chain) knowFinal(final uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if final <= c.known {
+		return
+	}
+	c.known = final
+	if c.known > c.height {
+		select {
+		case c.gap <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // Missing returns the blocks known final that the chain lacks, [from,
 // to), and a channel that gets a token when more go missing.
 func (c *Chain) Missing() (from, to uint64, more <-chan struct{}) {
