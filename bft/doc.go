@@ -68,7 +68,9 @@
 // request whose authenticator fails for this replica is rejected), except
 // the pre-prepares of a new view, which re-propose a batch only if f+1
 // view changes claim to have accepted it, so a correct replica accepted
-// it and checked its requests then. Batches are checked against
+// it and checked its requests then. An App that is a Validator is asked
+// the same way, at the same places, whether it refuses a request (see
+// Validator). Batches are checked against
 // BatchDigest (time included) and state against the certified checkpoint
 // digest (agreed time, reply cache and application snapshot).
 //
