@@ -120,10 +120,10 @@ func (r *Replica) onPrePrepare(src ReplicaID, pp *PrePrepare) error {
 			return fmt.Errorf("%w: pre-prepare holds request %d of client %d with a bad authenticator", ErrForged, pp.Batch[i].Timestamp, pp.Batch[i].Client)
 		}
 	}
-	if v, ok := r.cfg.App.(Validator); ok {
+	if r.validator != nil {
 		for i := range pp.Batch {
 			req := &pp.Batch[i]
-			if !v.Valid(ValidContext{Client: req.Client, Proposed: true, Proposer: src}, req.Op) {
+			if !r.validator.Valid(ValidContext{Client: req.Client, Proposed: true, Proposer: src}, req.Op) {
 				return fmt.Errorf("%w: pre-prepare holds request %d of client %d, which the application refuses", ErrForged, req.Timestamp, req.Client)
 			}
 		}

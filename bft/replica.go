@@ -15,13 +15,15 @@ const viewHorizon = 64
 // safe for concurrent use: the driver calls Step, Tick, Ready and Status
 // from one goroutine (or under one lock).
 type Replica struct {
-	cfg  Config
-	id   ReplicaID
-	n    int
-	q    int // quorum, 2f+1
-	f    int
-	now  uint64
-	view uint64
+	cfg Config
+	// validator is cfg.App as a Validator, or nil.
+	validator Validator
+	id        ReplicaID
+	n         int
+	q         int // quorum, 2f+1
+	f         int
+	now       uint64
+	view      uint64
 	// viewChanging: this replica sent a view change for view and has not
 	// yet accepted its new view; it takes no normal-case messages.
 	viewChanging bool
@@ -285,8 +287,10 @@ func NewReplica(cfg Config) (*Replica, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
+	validator, _ := cfg.App.(Validator)
 	r := &Replica{
 		cfg:        cfg,
+		validator:  validator,
 		id:         cfg.ID,
 		n:          cfg.N,
 		q:          cfg.q(),

@@ -194,7 +194,7 @@ func (r *Replica) onRequest(req *Request, fromClient, authFirst bool) error {
 	if !authFirst && !r.cfg.Auth.VerifyRequest(req) {
 		return fmt.Errorf("%w: request %d of client %d: bad authenticator", ErrForged, req.Timestamp, req.Client)
 	}
-	if v, ok := r.cfg.App.(Validator); ok && !v.Valid(ValidContext{Client: req.Client}, req.Op) {
+	if r.validator != nil && !r.validator.Valid(ValidContext{Client: req.Client}, req.Op) {
 		return fmt.Errorf("%w: request %d of client %d: refused by the application", ErrForged, req.Timestamp, req.Client)
 	}
 	if last := r.lastTS(req.Client); last != 0 {
