@@ -92,7 +92,8 @@ type simFamily struct {
 // the core's liveness promises: 2f+1 replicas execute) within simBound
 // ticks, and answered SUCCESS; no envelope of a forger (a certificate
 // from a CA the channel does not name) ever is, each answered
-// FORBIDDEN.
+// FORBIDDEN; nor is any tampered envelope of a forging orderer
+// (simForge).
 func TestSim(t *testing.T) {
 	twoPerBlock := func(int) block.Config {
 		return block.Config{MaxMessageCount: 2, BatchTimeout: 100 * time.Millisecond}
@@ -761,7 +762,18 @@ func (c *simCluster) checkCommon() {
 		}
 	}
 	refused = append(refused, c.forgedBy...)
-	refused = append(refused, c.forge.envs...)
+	for k, e := range c.forge.envs {
+		raw, err := proto.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, i := range c.correct() {
+			if c.inChain[i][string(raw)] > 0 {
+				t.Fatalf("orderer %d's tampered envelope %d is in a final block of orderer %d: %s", c.forge.by, k, i, c.forge.summary())
+			}
+		}
+		refused = append(refused, e)
+	}
 	if err := ordertest.CheckDelivered([][]*cb.Block{chain}, accepted, refused); err != nil {
 		t.Fatal(err)
 	}

@@ -152,24 +152,13 @@ func (c *simCluster) tampered(data []byte) *cb.Envelope {
 }
 
 // checkForgedNowhere: the forging orderer did order tampered envelopes;
-// none is in a correct orderer's blocks (final, or in the chain it
-// delivers), none executed at a correct orderer, so none was answered,
-// and no correct orderer found one valid.
+// none executed at a correct orderer, so none was answered (checkCommon
+// asserts that none is in a correct orderer's final blocks), and no
+// correct orderer found one valid.
 func checkForgedNowhere(t *testing.T, c *simCluster) {
 	f := &c.forge
 	if len(f.envs) == 0 {
 		t.Fatal("the forging orderer forged no envelope")
-	}
-	for _, i := range c.correct() {
-		for k, e := range f.envs {
-			raw, err := proto.Marshal(e)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if c.inChain[i][string(raw)] > 0 {
-				t.Fatalf("tampered envelope %d is in a block of orderer %d: %s", k, i, f.summary())
-			}
-		}
 	}
 	if len(f.executed) > 0 {
 		t.Fatalf("correct orderers executed tampered envelopes: %s", f.summary())
