@@ -89,7 +89,11 @@ func (c *simCluster) countProposed(_ *simnet.Adversary, e bft.Envelope) []bft.En
 // forgeTick: while the links are faulty, every simForgeEvery ticks the
 // forging orderer orders an envelope signed by a certificate of the
 // channel's CA, its signature then altered, through its client: a
-// request with a valid authenticator sent to every orderer.
+// request with a valid authenticator sent to every orderer, once. Each is
+// flagged Restart, so that a primary may propose it whatever became of
+// the one before (a client's requests are otherwise proposed in
+// timestamp order, each after its predecessor, which for these never
+// executes or was lost).
 func forgeTick(c *simCluster) {
 	if c.net.Now >= simFaultTicks || c.net.Now%simForgeEvery != 0 {
 		return
@@ -102,7 +106,7 @@ func forgeTick(c *simCluster) {
 	op := order.EnvelopeOp(raw)
 	c.forge.envs, c.forge.ops[string(op)] = append(c.forge.envs, e), true
 	c.forge.ts++
-	r := &bft.Request{Client: simForgeClient, Timestamp: c.forge.ts, Op: op}
+	r := &bft.Request{Client: simForgeClient, Timestamp: c.forge.ts, Restart: true, Op: op}
 	c.net.SignRequest(r)
 	for i := range simN {
 		c.net.Send(bft.ToClient(simForgeClient), bft.Envelope{To: bft.ToReplica(bft.ReplicaID(i)), Msg: r})
