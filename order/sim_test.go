@@ -77,7 +77,11 @@ type simFamily struct {
 
 // TestSim runs the Byzantine simnet families of the ordering service: two
 // correct writers and a forger broadcast while the links are faulty,
-// then the links heal (see keepOrdering for what follows). Every run
+// then the links heal (see keepOrdering for what follows). A writer
+// stands for a correct orderer relaying its clients' envelopes: the
+// Apps' OrdererOf names that orderer behind the writer's client
+// identity (assignRelays), so a backup takes the writer's envelope in a
+// pre-prepare of another orderer unchecked, as order.App.Valid does. Every run
 // asserts, besides the simnet Checker's safety of the core: the
 // correct orderers' final blocks are the same bytes (a correct orderer
 // may hold fewer: one left behind alone, in a view of its own or after a
@@ -88,7 +92,8 @@ type simFamily struct {
 // the core's liveness promises: 2f+1 replicas execute) within simBound
 // ticks, and answered SUCCESS; no envelope of a forger (a certificate
 // from a CA the channel does not name) ever is, each answered
-// FORBIDDEN.
+// FORBIDDEN; nor is any tampered envelope of a forging orderer
+// (simForge).
 func TestSim(t *testing.T) {
 	twoPerBlock := func(int) block.Config {
 		return block.Config{MaxMessageCount: 2, BatchTimeout: 100 * time.Millisecond}
@@ -132,6 +137,23 @@ func TestSim(t *testing.T) {
 				c.lossless = miscut
 			},
 			check: checkMiscut},
+		// The primary of view 0, orderer 0, finds every op valid and
+		// orders, through its own client, envelopes of an identity of
+		// the channel's CA whose signature was tampered with: it
+		// proposes them. The correct backups check the signature of
+		// an envelope the proposing primary relayed, reject its
+		// pre-prepares, and replace it; no tampered envelope is ever
+		// in a block.
+		{name: "ForgingPrimary", seeds: []uint64{31, 32, 33}, block: twoPerBlock,
+			setup: forgeBy(0), tick: forgeTick, check: checkForgingPrimary},
+		// Orderer 2, a backup in view 0, does the same: the correct
+		// primaries refuse its tampered envelopes on arrival and
+		// propose none, no correct orderer holds one (so none waits
+		// for a view change), and none is ever in a block. (Should a
+		// view change make orderer 2 primary, it proposes those it
+		// holds, as in ForgingPrimary.)
+		{name: "ForgingBackup", seeds: []uint64{41, 42, 43}, block: twoPerBlock,
+			setup: forgeBy(2), tick: forgeTick, check: checkForgingBackup},
 	}
 	for _, fam := range fams {
 		t.Run(fam.name, func(t *testing.T) {
@@ -225,11 +247,22 @@ type simCluster struct {
 		dropped int
 		seen    map[string]bool // op -> censored
 	}
+	// ca is the channel's CA.
+	ca *ordertest.CA
+	// relay[w] is the orderer that relays writer w's envelopes: its
+	// client identity is the writer's to OrdererOf (ordererOf).
+	relay []int
+	// skipped counts the envelopes a correct backup found valid in a
+	// pre-prepare without checking them, relayed by an orderer other
+	// than the primary that proposed them.
+	skipped int
+	forge   simForge
 }
 
 func runSim(t *testing.T, fam simFamily, seed uint64) {
 	cryptotest.SetGlobalRandom(t, seed)
 	c := &simCluster{t: t, fam: fam, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x0de5)), liar: -1, lossless: -1, lies: map[string]int{}, where: map[string][2]int{}}
+	c.forge.by, c.forge.ops, c.forge.executed = -1, map[string]bool{}, map[cb.Status]int{}
 	defer func() {
 		if t.Failed() {
 			t.Logf("reproduce: %s", simReproduce(fam.name, seed))
@@ -279,7 +312,7 @@ func runSim(t *testing.T, fam simFamily, seed uint64) {
 		c.writers = append(c.writers, wr)
 		c.finalAt = append(c.finalAt, make([]uint64, simEnvelopes))
 	}
-	c.evilCA = evil
+	c.evilCA, c.ca = evil, ca
 	c.stores = make([]*order.MemStore, simN)
 	c.net, err = simnet.New(simnet.Options{
 		N: simN, Clients: simN + len(c.writers), Seed: seed, Codec: true,
@@ -293,11 +326,11 @@ func runSim(t *testing.T, fam simFamily, seed uint64) {
 		NewApp: func(i int) bft.App {
 			c.stores[i] = new(order.MemStore)
 			a, err := order.New(order.Config{Channel: channel, Writers: writers, Block: fam.block(i), Orderers: c.pubs, F: simF,
-				Self: uint32(i), Chain: order.NewChain(c.stores[i])})
+				Self: uint32(i), Chain: order.NewChain(c.stores[i]), OrdererOf: c.ordererOf})
 			if err != nil {
 				t.Fatal(err)
 			}
-			return a
+			return &simApp{App: a, c: c, self: i}
 		},
 	})
 	if err != nil {
@@ -315,6 +348,7 @@ func runSim(t *testing.T, fam simFamily, seed uint64) {
 		c.catchUp = append(c.catchUp, &simDeliverer{c: c, self: i, next: (i + 1) % simN})
 	}
 	fam.setup(c)
+	c.assignRelays()
 
 	n := c.net
 	n.DropRate = 0.02 + 0.08*c.rng.Float64()
@@ -384,7 +418,102 @@ func runSim(t *testing.T, fam simFamily, seed uint64) {
 	for i := range simN {
 		heights = append(heights, c.stores[i].Height())
 	}
-	t.Logf("seed %d: %d ticks, view %d, final blocks by orderer %v, %d more envelopes, lies %v, errors %v", seed, n.Now, n.Replicas[c.longest()].Status().View, heights, c.more, c.lies, n.Errors)
+	t.Logf("seed %d: %d ticks, view %d, final blocks by orderer %v, %d more envelopes, %d taken unchecked, lies %v, %s, errors %v", seed, n.Now, n.Replicas[c.longest()].Status().View, heights, c.more, c.skipped, c.lies, c.forge.summary(), n.Errors)
+}
+
+// Client identities: client i (ID i+1) is orderer i's, for its duties;
+// client simN+w is writer w's, which stands for the correct orderer
+// relay[w] relaying the envelopes of the channel's clients; the forging
+// orderer's own client (simForgeClient) is outside Net.Clients.
+//
+// assignRelays has the writers' envelopes relayed by the correct
+// orderers, the primary of view 0 last: the envelopes of writers 0 and 1
+// are relayed by other orderers than the one that proposes them in view
+// 0, so correct backups take them unchecked there (order.App.Valid).
+func (c *simCluster) assignRelays() {
+	var relays []int
+	for _, i := range c.correct() {
+		if i != 0 {
+			relays = append(relays, i)
+		}
+	}
+	if !c.net.Faulty[0] {
+		relays = append(relays, 0)
+	}
+	c.relay = nil
+	for w := range c.writers {
+		c.relay = append(c.relay, relays[w%len(relays)])
+	}
+}
+
+// ordererOf is order.Config.OrdererOf for the simulated identities.
+func (c *simCluster) ordererOf(id bft.ClientID) (bft.ReplicaID, bool) {
+	switch k := int(id) - 1; {
+	case k >= 0 && k < simN:
+		return bft.ReplicaID(k), true
+	case k >= simN && k < simN+len(c.relay):
+		return bft.ReplicaID(c.relay[k-simN]), true
+	case c.forge.by >= 0 && id == simForgeClient:
+		return bft.ReplicaID(c.forge.by), true
+	}
+	return 0, false
+}
+
+// app returns orderer i's order.App.
+func (c *simCluster) app(i int) *order.App { return c.net.App(i).(*simApp).App }
+
+// simApp is orderer i's App in the simulations: an order.App whose
+// Valid and Execute the run watches (see simForge). The forging
+// orderer's finds every op valid.
+type simApp struct {
+	*order.App
+	c    *simCluster
+	self int
+}
+
+func (a *simApp) Valid(ctx bft.ValidContext, op []byte) bool {
+	c := a.c
+	if a.self == c.forge.by {
+		return true
+	}
+	ok := a.App.Valid(ctx, op)
+	if c.net.Faulty[a.self] {
+		return ok
+	}
+	if c.forge.ops[string(op)] {
+		f := &c.forge
+		switch {
+		case ok:
+			f.accepted++
+		case !ctx.Proposed:
+			f.refused++
+			if c.net.Replicas[a.self].Status().Primary == bft.ReplicaID(a.self) {
+				f.refusedByPrimary++
+			}
+		case c.net.Faulty[ctx.Proposer]:
+			f.rejected++
+		default:
+			f.rejectedCorrect++
+		}
+	}
+	if _, env := bytes.CutPrefix(op, order.EnvelopeOp(nil)); env && ok && ctx.Proposed {
+		if k, known := c.ordererOf(ctx.Client); known && k != ctx.Proposer {
+			c.skipped++
+		}
+	}
+	return ok
+}
+
+func (a *simApp) Execute(ctx bft.ExecContext, op []byte) []byte {
+	r := a.App.Execute(ctx, op)
+	if c := a.c; c.forge.ops[string(op)] && !c.net.Faulty[a.self] {
+		res, err := order.ParseResult(r)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		c.forge.executed[res.Status]++
+	}
+	return r
 }
 
 // longest returns the correct orderer that holds the most final blocks.
@@ -468,7 +597,7 @@ func (c *simCluster) broadcast(w *simWriter) {
 // through its client as its window allows.
 func (c *simCluster) doDuties(i int) {
 	d := &c.duty[i]
-	headers, next, since, timeout := c.net.App(i).(*order.App).Duties().Take()
+	headers, next, since, timeout := c.app(i).Duties().Take()
 	for _, h := range headers {
 		d.queue = append(d.queue, order.SignOp(uint32(i), h.Number, order.SignHeader(c.keys[i], uint32(i), h)))
 		d.signed = append(d.signed, h)
@@ -571,7 +700,7 @@ func (c *simCluster) progress() string {
 		s += fmt.Sprintf("writer %d: %d sent, %d answered, %d final; ", w, len(wr.sent), len(wr.status), final)
 	}
 	for i := range simN {
-		from, to, _ := c.net.App(i).(*order.App).Chain().Missing()
+		from, to, _ := c.app(i).Chain().Missing()
 		st := c.net.Replicas[i].Status()
 		s += fmt.Sprintf("orderer %d: %d blocks, missing [%d, %d), view %d, executed %d; ", i, c.stores[i].Height(), from, to, st.View, st.LastExecuted)
 	}
@@ -633,6 +762,18 @@ func (c *simCluster) checkCommon() {
 		}
 	}
 	refused = append(refused, c.forgedBy...)
+	for k, e := range c.forge.envs {
+		raw, err := proto.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, i := range c.correct() {
+			if c.inChain[i][string(raw)] > 0 {
+				t.Fatalf("orderer %d's tampered envelope %d is in a final block of orderer %d: %s", c.forge.by, k, i, c.forge.summary())
+			}
+		}
+		refused = append(refused, e)
+	}
 	if err := ordertest.CheckDelivered([][]*cb.Block{chain}, accepted, refused); err != nil {
 		t.Fatal(err)
 	}
@@ -793,7 +934,7 @@ func (d *simDeliverer) ask(want uint64, prev *cb.BlockHeader, take func(b *cb.Bl
 // fill closes orderer d.self's gaps (order.Chain.Missing) with blocks
 // from the others, as an orderer's catch-up does.
 func (d *simDeliverer) fill() {
-	chain := d.c.net.App(d.self).(*order.App).Chain()
+	chain := d.c.app(d.self).Chain()
 	from, to, _ := chain.Missing()
 	if from >= to {
 		return
