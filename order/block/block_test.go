@@ -85,3 +85,34 @@ func TestChain(t *testing.T) {
 		}
 	}
 }
+
+// TestHeaderHashOfFabricBlocks checks HeaderHash against a chain Fabric
+// made: the headers of blocks 0, 1 and 6 of the channel ledger in
+// Hyperledger Fabric's test data (internal/ledgerutil/testdata/sample_prod,
+// blockfile_000000), each with the PreviousHash that Fabric wrote into
+// the block after it.
+func TestHeaderHashOfFabricBlocks(t *testing.T) {
+	for _, c := range []struct {
+		number          uint64
+		prev, data      string
+		prevOfNextBlock string
+	}{
+		{0, "", "2aaa2d6e91d8b6ca889004b975328e114f9169c30fe437284385095cd5584104", "c4a1491ab9a62e9125b3cbab3a782ea1f56e24c608620d85bb940585d059a2a1"},
+		{1, "c4a1491ab9a62e9125b3cbab3a782ea1f56e24c608620d85bb940585d059a2a1", "f38eb85e2157d17b41a4220a356ec22111851951df646ab1b30c3c8ad1627575", "e785e7c8a054685b73763ab79750bd7e4ffe4fe377992f96a3618e19ea6b29d9"},
+		{6, "3e50ef0e7abbbc7fa53d210386fbad81c8f05687f0bd9872e1b6ca5995c97e39", "3dc7e8ebb754493135be191e7edd74563cf9a2785f87c3aafd01906df5edd8a3", "72eacca7e750be47a4bc8ead206df62336ccb4dde06c85f9d4d03a9f87414811"},
+	} {
+		h := &cb.BlockHeader{Number: c.number, PreviousHash: mustHex(t, c.prev), DataHash: mustHex(t, c.data)}
+		if got := hex.EncodeToString(HeaderHash(h)); got != c.prevOfNextBlock {
+			t.Errorf("block %d: HeaderHash %s, Fabric's %s", c.number, got, c.prevOfNextBlock)
+		}
+	}
+}
+
+func mustHex(t *testing.T, s string) []byte {
+	t.Helper()
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
