@@ -79,9 +79,9 @@ func (c *Deliverer) Blocks(ctx context.Context, start, stop uint64, prev *cb.Blo
 	}
 	want := start
 	for {
-		got := false
+		got, first := false, c.next
 		for k := range len(c.cfg.Orderers) {
-			i := (c.next + k) % len(c.cfg.Orderers)
+			i := (first + k) % len(c.cfg.Orderers)
 			if c.cfg.Orderers[i] == "" {
 				continue
 			}
