@@ -277,12 +277,12 @@ func TestDeliverIgnoresForgedHeader(t *testing.T) {
 	leakcheck.Check(t)
 	c := newChain(t, 5)
 	f := []*fake{{chain: c, withhold: 1 << 62}, {chain: c, withhold: 1 << 62, forge: true}, {chain: c, withhold: 1 << 62}, {chain: c, withhold: 1 << 62}}
-	const ct = 300 * time.Millisecond
+	const ct = 500 * time.Millisecond
 	d := following(t, c, orderers(t, f...), ct)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var got []*cb.Block
-	grow := time.AfterFunc(5*ct, c.add) // block 5, well past the timeout
+	grow := time.AfterFunc(4*ct, c.add) // block 5, well past the timeout
 	defer grow.Stop()
 	if err := d.Blocks(ctx, 0, 5, nil, func(b *cb.Block) error {
 		got = append(got, b)
@@ -319,24 +319,25 @@ func TestDeliverHeaderStreamsEnd(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		addrs []string
+		peer  *fake // followed for headers while block 0 is read
 		stop  uint64
 		fn    func(ctx context.CancelFunc, b *cb.Block) error
 		want  error
 	}{
-		{"stop", addrs, 4, func(context.CancelFunc, *cb.Block) error { return nil }, nil},
-		{"context", addrs, 100, func(cancel context.CancelFunc, b *cb.Block) error {
+		{"stop", addrs, correct[1], 4, func(context.CancelFunc, *cb.Block) error { return nil }, nil},
+		{"context", addrs, correct[1], 100, func(cancel context.CancelFunc, b *cb.Block) error {
 			if b.Header.Number == 4 {
 				cancel()
 			}
 			return nil
 		}, context.Canceled},
-		{"fn", addrs, 100, func(_ context.CancelFunc, b *cb.Block) error {
+		{"fn", addrs, correct[1], 100, func(_ context.CancelFunc, b *cb.Block) error {
 			if b.Header.Number == 4 {
 				return errStop
 			}
 			return nil
 		}, errStop},
-		{"switch", withheld, 4, func(context.CancelFunc, *cb.Block) error { return nil }, nil},
+		{"switch", withheld, withholding[1], 4, func(context.CancelFunc, *cb.Block) error { return nil }, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			base := leakcheck.Take()
@@ -345,7 +346,7 @@ func TestDeliverHeaderStreamsEnd(t *testing.T) {
 			defer cancel()
 			err := d.Blocks(ctx, 0, tc.stop, nil, func(b *cb.Block) error {
 				// Let a header stream begin, so that there is one to end.
-				for deadline := time.Now().Add(5 * time.Second); b.Header.Number == 0 && correct[1].headerSeeks.Load()+withholding[1].headerSeeks.Load() == 0 && time.Now().Before(deadline); {
+				for deadline := time.Now().Add(5 * time.Second); b.Header.Number == 0 && tc.peer.headerSeeks.Load() == 0 && time.Now().Before(deadline); {
 					time.Sleep(time.Millisecond)
 				}
 				return tc.fn(cancel, b)
@@ -353,10 +354,10 @@ func TestDeliverHeaderStreamsEnd(t *testing.T) {
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("Blocks = %v, want %v", err, tc.want)
 			}
+			if tc.peer.headerSeeks.Load() == 0 {
+				t.Error("no header stream was begun")
+			}
 			leakcheck.Verify(t, base, leakcheck.DefaultTimeout)
 		})
-	}
-	if correct[1].headerSeeks.Load() == 0 || withholding[0].headerSeeks.Load() == 0 {
-		t.Error("no header stream was begun")
 	}
 }

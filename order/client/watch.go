@@ -40,8 +40,9 @@ type head struct {
 	// b is the latest header the orderer sent, not yet verified, with
 	// the block's metadata and no data; nil: none.
 	b *cb.Block
-	// at is when the orderer sent the first header of block next or a
-	// later one it has sent since next was last passed.
+	// at is when the orderer sent the first of its headers of block
+	// next or later: a later header replaces b but keeps at, so that an
+	// orderer that keeps sending headers does not put off the deadline.
 	at time.Time
 	// stop ends the orderer's header stream; nil: not followed.
 	stop context.CancelFunc
