@@ -13,7 +13,8 @@ import (
 // The clients' behavior against orderers, correct and Byzantine, is
 // tested with real ones in package order/server (TestDeliverClientSwitches,
 // TestMiscuttingOrderer, TestRestartCatchesUp,
-// TestBroadcastClientPassesSilentOrderer).
+// TestBroadcastClientPassesSilentOrderer), and the Deliverer's following
+// of headers with fake ones in deliver_test.go.
 
 func TestNewDeliverer(t *testing.T) {
 	seek := func(uint64, uint64) (*cb.Envelope, error) { return &cb.Envelope{}, nil }

@@ -29,6 +29,17 @@ type DeliverConfig struct {
 	// Seek returns a signed DELIVER_SEEK_INFO envelope for blocks start
 	// to stop, inclusive, with BLOCK_UNTIL_READY.
 	Seek func(start, stop uint64) (*cb.Envelope, error)
+	// SeekHeaders, if set, returns an envelope as Seek does but with
+	// ContentType HEADER_WITH_SIG: the client then follows the other
+	// orderers' headers while it reads blocks from one (see Deliverer).
+	// Nil: it does not.
+	SeekHeaders func(start, stop uint64) (*cb.Envelope, error)
+	// CensorshipTimeout is how long the orderer the client reads blocks
+	// from may go without sending the next block once another orderer
+	// sent a header, signed by a quorum, of that block or a later one
+	// (default Patience/5: 2s with the default Patience). It counts from
+	// the later of that header and the orderer's last block.
+	CensorshipTimeout time.Duration
 	// Retry is how long the client waits after a round in which no
 	// orderer gave a block (default 1s).
 	Retry time.Duration
@@ -51,6 +62,23 @@ type DeliverConfig struct {
 // next when its stream fails, it sends anything that does not verify, or
 // it sends no block for Patience while the client waits for one.
 //
+// With SeekHeaders, an orderer that withholds is also noticed by
+// comparison, as Fabric v3's BFT deliverer does: while the client reads
+// blocks from one orderer (the data source), it follows each other
+// orderer's headers (HEADER_WITH_SIG), one goroutine and stream per
+// orderer from the next block expected, and keeps of each only its
+// latest header. When one of them sent the header of the next block
+// expected or a later one, and the data source has not sent the next
+// block for CensorshipTimeout since that header came or since its last
+// block, whichever is later, the client checks that header's signatures
+// (order.VerifySignatures) and, if a quorum signed it, leaves the data
+// source for the next orderer. A header that does not verify ends the
+// following of the orderer that sent it, and leaves the data source
+// where it is: a Byzantine orderer can make the client switch only by
+// showing a block that exists. A header stream that fails is not
+// renewed until the client moves to another data source. The header
+// streams end when the client leaves the data source or Blocks returns.
+//
 // Its methods must not be called concurrently.
 type Deliverer struct {
 	cfg  DeliverConfig
@@ -66,6 +94,9 @@ func NewDeliverer(cfg DeliverConfig) (*Deliverer, error) {
 		cfg.Retry = time.Second
 	}
 	cfg.Options = cfg.Options.normalized()
+	if cfg.CensorshipTimeout <= 0 {
+		cfg.CensorshipTimeout = cfg.Patience / 5
+	}
 	return &Deliverer{cfg: cfg}, nil
 }
 
@@ -79,9 +110,9 @@ func (c *Deliverer) Blocks(ctx context.Context, start, stop uint64, prev *cb.Blo
 	}
 	want := start
 	for {
-		got := false
+		got, first := false, c.next
 		for k := range len(c.cfg.Orderers) {
-			i := (c.next + k) % len(c.cfg.Orderers)
+			i := (first + k) % len(c.cfg.Orderers)
 			if c.cfg.Orderers[i] == "" {
 				continue
 			}
@@ -143,6 +174,8 @@ func (c *Deliverer) from(ctx context.Context, i int, want, stop uint64, prev *cb
 	// The patience: a timer that ends the stream, reset by every block.
 	patience := time.AfterFunc(c.cfg.Patience, func() { cancel(errWithheld) })
 	defer patience.Stop()
+	w := c.watch(ctx, cancel, i, want, stop)
+	defer w.close()
 	var n uint64
 	for {
 		r, err := stream.Recv()
@@ -164,6 +197,7 @@ func (c *Deliverer) from(ctx context.Context, i int, want, stop uint64, prev *cb
 		}
 		n++
 		prev = b.Header
+		w.took(want + n)
 		if want+n > stop {
 			return n, prev, nil
 		}
