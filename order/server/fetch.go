@@ -28,7 +28,7 @@ import (
 func (o *Orderer) catchUp(ctx context.Context) error {
 	peers := append([]string{}, o.cfg.Peers...)
 	peers[o.cfg.ID] = ""
-	dc, err := client.NewDeliverer(client.DeliverConfig{Orderers: peers, Keys: o.keys, Quorum: 2*o.cfg.Cluster.F + 1, Seek: o.seek, Options: client.Options{Logger: o.cfg.Logger}})
+	dc, err := client.NewDeliverer(client.DeliverConfig{Orderers: peers, Keys: o.keys, Quorum: 2*o.cfg.Cluster.F + 1, Seek: o.seek, SeekHeaders: o.seekHeaders, Options: client.Options{Logger: o.cfg.Logger}})
 	if err != nil {
 		return err
 	}
@@ -73,6 +73,17 @@ var deterministic = proto.MarshalOptions{Deterministic: true}
 // seek returns a request for blocks first to last, waiting for them,
 // signed as this orderer (envelope.OrdererMSPID).
 func (o *Orderer) seek(first, last uint64) (*cb.Envelope, error) {
+	return o.seekContent(first, last, ab.SeekInfo_BLOCK)
+}
+
+// seekHeaders is seek for the blocks' headers and signatures only
+// (HEADER_WITH_SIG), by which the Deliverer notices a peer that
+// withholds blocks the others have.
+func (o *Orderer) seekHeaders(first, last uint64) (*cb.Envelope, error) {
+	return o.seekContent(first, last, ab.SeekInfo_HEADER_WITH_SIG)
+}
+
+func (o *Orderer) seekContent(first, last uint64, content ab.SeekInfo_SeekContentType) (*cb.Envelope, error) {
 	nonce := make([]byte, 24)
 	if _, err := rand.Read(nonce); err != nil {
 		return nil, err
@@ -92,7 +103,7 @@ func (o *Orderer) seek(first, last uint64) (*cb.Envelope, error) {
 	spec := func(n uint64) *ab.SeekPosition {
 		return &ab.SeekPosition{Type: &ab.SeekPosition_Specified{Specified: &ab.SeekSpecified{Number: n}}}
 	}
-	data, err := proto.Marshal(&ab.SeekInfo{Start: spec(first), Stop: spec(last), Behavior: ab.SeekInfo_BLOCK_UNTIL_READY})
+	data, err := proto.Marshal(&ab.SeekInfo{Start: spec(first), Stop: spec(last), Behavior: ab.SeekInfo_BLOCK_UNTIL_READY, ContentType: content})
 	if err != nil {
 		return nil, err
 	}
