@@ -35,6 +35,20 @@ func (r *Replica) calmDown() {
 	}
 }
 
+// Suspect votes for a view change now, as an expired request timer does,
+// unless a view change is under way: for a driver whose application sees
+// the view stalled in a way the core's timers cannot (the ordering
+// service's blocks that stay short of their signatures, say). It is
+// always safe, since a correct replica may suspect any primary; a view
+// change needs f+1 replicas that suspect to move the others.
+func (r *Replica) Suspect() {
+	if r.viewChanging {
+		return
+	}
+	r.backOff()
+	r.startViewChange(r.view + 1)
+}
+
 // startViewChange moves this replica to view w (> its view) and votes for
 // it. From now on it takes no normal-case messages of older views.
 func (r *Replica) startViewChange(w uint64) {

@@ -285,3 +285,38 @@ func TestNewViewNotDecidingRefused(t *testing.T) {
 		t.Fatalf("replica 2 did not enter view 1: %+v", s)
 	}
 }
+
+// TestSuspect: one replica that suspects the primary moves alone and the
+// others stay; f+1 that do make the view change, and the cluster goes on
+// in the new view.
+func TestSuspect(t *testing.T) {
+	n := newNet(t, simnet.Options{Clients: 2, Seed: 61, Config: simCfg})
+	if _, err := n.LoadLive(5, liveBound, op); err != nil {
+		t.Fatal(err)
+	}
+	n.Replicas[1].Suspect()
+	n.Run(50, func() bool { return false })
+	if v := n.Replicas[2].Status().View; v != 0 {
+		t.Fatalf("one replica's suspicion moved replica 2 to view %d", v)
+	}
+	n.Replicas[2].Suspect()
+	n.Run(200, func() bool {
+		for _, r := range n.Replicas {
+			if s := r.Status(); s.View == 0 || s.ViewChanging {
+				return false
+			}
+		}
+		return true
+	})
+	for i, r := range n.Replicas {
+		if s := r.Status(); s.View != 1 || s.ViewChanging {
+			t.Fatalf("replica %d: view %d, changing %v; want view 1 after two suspicions", i, s.View, s.ViewChanging)
+		}
+	}
+	if _, err := n.LoadLive(5, liveBound, op); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.CheckAgreement(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -33,6 +33,11 @@ type Config struct {
 	// past it envelopes are refused with SERVICE_UNAVAILABLE until
 	// signatures catch up.
 	MaxUnfinal int
+	// FinalityTimeout is how long, by this replica's clock, the oldest
+	// block cut may stay short of its 2f+1 signatures before the
+	// replica's Duties report the view stalled (default 10s; see
+	// Duties.Stalled).
+	FinalityTimeout time.Duration
 	// DedupWindow is how many of the latest ordered envelopes the App
 	// remembers, by the SHA-256 of their payload (default 65536): one of
 	// them ordered again, by a client's retry through another orderer or
@@ -134,6 +139,9 @@ func New(cfg Config) (*App, error) {
 	if cfg.DedupWindow <= 0 {
 		cfg.DedupWindow = 1 << 16
 	}
+	if cfg.FinalityTimeout <= 0 {
+		cfg.FinalityTimeout = 10 * time.Second
+	}
 	if cfg.Chain == nil {
 		cfg.Chain = NewChain(new(MemStore))
 	}
@@ -142,7 +150,7 @@ func New(cfg Config) (*App, error) {
 		cfg.OrdererOf = func(c bft.ClientID) (bft.ReplicaID, bool) { return OrdererOf(n, c) }
 	}
 	a := &App{cfg: cfg, quorum: 2*cfg.F + 1, cutter: block.NewCutter(cfg.Block), seenAt: make(map[[32]byte]bool)}
-	a.duties = &Duties{wake: make(chan struct{}, 1), timeout: a.cutter.Config().BatchTimeout}
+	a.duties = &Duties{wake: make(chan struct{}, 1), timeout: a.cutter.Config().BatchTimeout, finality: cfg.FinalityTimeout}
 	return a, nil
 }
 
@@ -172,7 +180,7 @@ func (a *App) Execute(ctx bft.ExecContext, b []byte) []byte {
 	case kindSign:
 		r = a.sign(o)
 	}
-	a.duties.pending(a.next, a.cutter.Since())
+	a.duties.pending(a.next, a.cutter.Since(), a.final, len(a.unfinal) > 0, ctx.Time)
 	return r.encode()
 }
 
@@ -317,6 +325,13 @@ type Duties struct {
 	headers []*cb.BlockHeader // cut, to sign
 	next    uint64            // the next block to cut
 	since   time.Time         // the agreed time of its first envelope, zero if none
+	// oldest is the oldest block not final, since the agreed time
+	// oldestAt (zero if every block cut is final); a stall is reported
+	// when it stays so for wait, which doubles with each report.
+	finality time.Duration
+	oldest   uint64
+	oldestAt time.Time
+	wait     time.Duration
 }
 
 func (d *Duties) toSign(h *cb.BlockHeader) {
@@ -329,16 +344,48 @@ func (d *Duties) toSign(h *cb.BlockHeader) {
 	}
 }
 
-func (d *Duties) pending(next uint64, since time.Time) {
+// pending reports the next block to cut and the agreed time of its
+// first envelope (zero if none), and the oldest block not final
+// (oldest, if any), at agreed time at.
+func (d *Duties) pending(next uint64, since time.Time, oldest uint64, any bool, at time.Time) {
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	d.next, d.since = next, since
-	d.mu.Unlock()
+	switch {
+	case !any:
+		d.oldestAt = time.Time{}
+	case d.oldestAt.IsZero() || oldest != d.oldest:
+		d.oldest, d.oldestAt, d.wait = oldest, at, d.finality
+	}
+}
+
+// Stalled reports whether, at now by this replica's clock, the oldest
+// block cut has waited FinalityTimeout for its signatures, or twice that
+// since the last report, and so on: the view is stalled in a way the
+// PBFT core's timers do not see. It happens when a correct orderer is
+// left alone in a view of its own, so executes and signs nothing, while
+// a Byzantine one withholds its signatures: the others go on ordering
+// in their view, and the block never gathers 2f+1. A replica that finds
+// the view stalled votes for a view change (node.Replica.Suspect), which
+// the other correct orderers' votes make, and which brings the one left
+// behind back. An orderer's Run does so; Stalled is for a driver of its
+// own.
+func (d *Duties) Stalled(now time.Time) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.oldestAt.IsZero() || now.Sub(d.oldestAt) < d.wait {
+		return false
+	}
+	d.oldestAt = now
+	d.wait = min(2*d.wait, 16*d.finality)
+	return true
 }
 
 // reset replaces what is to be signed and pending, after a restore.
 func (d *Duties) reset(headers []*cb.BlockHeader, next uint64, since time.Time) {
 	d.mu.Lock()
 	d.headers, d.next, d.since = headers, next, since
+	d.oldestAt = time.Time{} // set again by the next op executed
 	d.mu.Unlock()
 	select {
 	case d.wake <- struct{}{}:

@@ -627,3 +627,42 @@ func TestRestoreKnowsTheGap(t *testing.T) {
 		t.Fatal("the gap was not signalled")
 	}
 }
+
+// TestStalled: the Duties find the view stalled once the oldest block cut
+// has waited FinalityTimeout for its signatures, then after twice that,
+// and not while blocks become final.
+func TestStalled(t *testing.T) {
+	h := newHarness(t, block.Config{MaxMessageCount: 1})
+	h.cfg.FinalityTimeout = time.Second
+	h.apps[0] = h.newApp(t, 0)
+	a := h.apps[0]
+	d := a.Duties()
+	start := h.now
+	if d.Stalled(start.Add(time.Hour)) {
+		t.Fatal("stalled with no block cut")
+	}
+	h.exec(t, order.EnvelopeOp(h.envelope(t, h.writer, "a"))) // block 0 cut at h.now
+	if d.Stalled(start.Add(999 * time.Millisecond)) {
+		t.Fatal("stalled before FinalityTimeout")
+	}
+	if !d.Stalled(start.Add(time.Second)) {
+		t.Fatal("not stalled after FinalityTimeout")
+	}
+	if d.Stalled(start.Add(2*time.Second)) || !d.Stalled(start.Add(3*time.Second)) {
+		t.Fatal("the second report is not after twice FinalityTimeout")
+	}
+	// Block 0 becomes final and block 1 is cut: the wait starts again.
+	h.now = start.Add(4 * time.Second)
+	h.signAll(t, 0, 0, 1, 2)
+	h.exec(t, order.EnvelopeOp(h.envelope(t, h.writer, "b")))
+	if d.Stalled(h.now.Add(999 * time.Millisecond)) {
+		t.Fatal("stalled before FinalityTimeout of block 1")
+	}
+	if !d.Stalled(h.now.Add(time.Second)) {
+		t.Fatal("block 1 not stalled after FinalityTimeout")
+	}
+	h.signAll(t, 1, 0, 1, 2)
+	if d.Stalled(h.now.Add(time.Hour)) {
+		t.Fatal("stalled with every block final")
+	}
+}

@@ -20,7 +20,10 @@ type Invoker interface {
 // for a due timeout every quarter of BatchTimeout, and asks again for the
 // same cut only after another BatchTimeout (the first may have reached
 // the replicas before the agreed time passed the timeout).
-func (d *Duties) Run(ctx context.Context, inv Invoker, key ed25519.PrivateKey, id uint32) error {
+//
+// If suspect is not nil, Run calls it when it finds the view stalled
+// (Stalled): an orderer passes its replica's Suspect.
+func (d *Duties) Run(ctx context.Context, inv Invoker, key ed25519.PrivateKey, id uint32, suspect func()) error {
 	tick := time.NewTicker(max(d.timeout/4, 5*time.Millisecond))
 	defer tick.Stop()
 	asked, askedAt := ^uint64(0), time.Time{}
@@ -59,6 +62,9 @@ func (d *Duties) Run(ctx context.Context, inv Invoker, key ed25519.PrivateKey, i
 			d.requeue(again)
 		}
 		now := time.Now()
+		if suspect != nil && d.Stalled(now) {
+			suspect()
+		}
 		if !since.IsZero() && now.Sub(since) >= d.timeout && (asked != next || now.Sub(askedAt) >= d.timeout) {
 			asked, askedAt = next, now
 			if _, err := inv.Invoke(ctx, CutOp(next)); err != nil && ctx.Err() != nil {

@@ -53,10 +53,8 @@ const (
 	// simPoll: a delivery client asks an orderer for blocks every
 	// simPoll ticks.
 	simPoll = 3
-	// simMore: after the links healed, while an envelope waits longer
-	// than this to be final, a correct writer broadcasts another every
-	// simMore ticks.
-	simMore = 50
+	// simFinality is the orderers' FinalityTimeout: 100 ticks.
+	simFinality = 100 * simnet.TickDuration
 )
 
 // simFamily is a Byzantine behaviour of one orderer, run over many seeds.
@@ -77,16 +75,15 @@ type simFamily struct {
 
 // TestSim runs the Byzantine simnet families of the ordering service: two
 // correct writers and a forger broadcast while the links are faulty,
-// then the links heal (see keepOrdering for what follows). A writer
+// then the links heal, and the cluster goes quiet. A writer
 // stands for a correct orderer relaying its clients' envelopes: the
 // Apps' OrdererOf names that orderer behind the writer's client
 // identity (assignRelays), so a backup takes the writer's envelope in a
 // pre-prepare of another orderer unchecked, as order.App.Valid does. Every run
 // asserts, besides the simnet Checker's safety of the core: the
 // correct orderers' final blocks are the same bytes (a correct orderer
-// may hold fewer: one left behind alone, in a view of its own or after a
-// state transfer on a quiet cluster, waits for the cluster to order
-// more, see "State and storage" in docs/order.md), a chain by Fabric's
+// may hold fewer: one left behind alone in a view of its own on a quiet
+// cluster waits for the next view change or checkpoint), a chain by Fabric's
 // hash rules, each block signed by 2f+1 orderers; every envelope of the
 // correct writers is in it exactly once, at f+1 correct orderers (what
 // the core's liveness promises: 2f+1 replicas execute) within simBound
@@ -123,7 +120,10 @@ func TestSim(t *testing.T) {
 		// up and cuts blocks of its own rather than taking the others'
 		// state by transfer. Its signatures of other headers count for
 		// nothing, so no block is final with its header, and the correct
-		// orderers' chain goes on without it.
+		// orderers' chain goes on without it: every block needs all three
+		// correct orderers' signatures, so one of them left alone in a
+		// view of its own signs nothing until the others' Duties find
+		// the view stalled (Duties.Stalled) and change view to it.
 		{name: "MiscuttingOrderer", seeds: []uint64{21, 22, 23},
 			block: func(i int) block.Config {
 				bc := twoPerBlock(i)
@@ -235,12 +235,13 @@ type simCluster struct {
 	lies    map[string]int // lies served, by kind
 	told    int            // requests the liar answered
 	// lossless is an orderer whose links lose no packet, -1 if none.
-	lossless int
-	more     int           // envelopes keepOrdering added
-	client   *simDeliverer // the LyingOrderer family's delivery client
-	got      [][]byte      // the blocks it took, encoded
-	prevGot  *cb.BlockHeader
-	forgedBy []*cb.Envelope // envelopes the liar ordered directly
+	lossless  int
+	more      int           // envelopes keepOrdering added
+	suspected int           // times a correct orderer's Duties found the view stalled
+	client    *simDeliverer // the LyingOrderer family's delivery client
+	got       [][]byte      // the blocks it took, encoded
+	prevGot   *cb.BlockHeader
+	forgedBy  []*cb.Envelope // envelopes the liar ordered directly
 	// evilCA is the CA of the forger, which the channel does not name.
 	evilCA *ordertest.CA
 	censor struct {
@@ -326,7 +327,7 @@ func runSim(t *testing.T, fam simFamily, seed uint64) {
 		NewApp: func(i int) bft.App {
 			c.stores[i] = new(order.MemStore)
 			a, err := order.New(order.Config{Channel: channel, Writers: writers, Block: fam.block(i), Orderers: c.pubs, F: simF,
-				Self: uint32(i), Chain: order.NewChain(c.stores[i]), OrdererOf: c.ordererOf})
+				Self: uint32(i), Chain: order.NewChain(c.stores[i]), OrdererOf: c.ordererOf, FinalityTimeout: simFinality})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -392,7 +393,6 @@ func runSim(t *testing.T, fam simFamily, seed uint64) {
 				c.broadcast(w)
 			}
 		}
-		c.keepOrdering()
 		for i := range simN {
 			c.doDuties(i)
 		}
@@ -418,7 +418,7 @@ func runSim(t *testing.T, fam simFamily, seed uint64) {
 	for i := range simN {
 		heights = append(heights, c.stores[i].Height())
 	}
-	t.Logf("seed %d: %d ticks, view %d, final blocks by orderer %v, %d more envelopes, %d taken unchecked, lies %v, %s, errors %v", seed, n.Now, n.Replicas[c.longest()].Status().View, heights, c.more, c.skipped, c.lies, c.forge.summary(), n.Errors)
+	t.Logf("seed %d: %d ticks, view %d, final blocks by orderer %v, %d stalls suspected, %d taken unchecked, lies %v, %s, errors %v", seed, n.Now, n.Replicas[c.longest()].Status().View, heights, c.suspected, c.skipped, c.lies, c.forge.summary(), n.Errors)
 }
 
 // Client identities: client i (ID i+1) is orderer i's, for its duties;
@@ -527,43 +527,6 @@ func (c *simCluster) longest() int {
 	return best
 }
 
-// keepOrdering: after the links healed, while an envelope of the correct
-// writers waited more than simMore ticks to be final at f+1 correct
-// orderers, writer 1 broadcasts one more every simMore ticks, as on a
-// channel in use. A correct orderer left alone in a view of its own
-// executes nothing, so signs nothing, until the others change view too,
-// which they do when requests stop executing (the core promises progress
-// to 2f+1 replicas); with a Byzantine orderer whose signatures and
-// checkpoints count for nothing, a block waits for its signature until
-// then (see "Not done yet" in docs/order.md).
-func (c *simCluster) keepOrdering() {
-	if c.net.Now < simFaultTicks || c.net.Now%simMore != 0 {
-		return
-	}
-	waiting := false
-	for w, wr := range c.writers {
-		for k, at := range c.finalAt[w] {
-			waiting = waiting || !wr.forger && at == 0 && k < len(wr.sent) && c.net.Now-max(wr.sent[k], c.healed) > simMore
-		}
-	}
-	w := c.writers[1]
-	if !waiting || len(w.sent) < len(w.raws) {
-		return
-	}
-	e, err := w.signer.Envelope(cb.HeaderType_ENDORSER_TRANSACTION, channel, fmt.Appendf(nil, "more %d", c.more))
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	raw, err := proto.Marshal(e)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	c.where[string(raw)] = [2]int{1, len(w.raws)}
-	w.envs, w.raws = append(w.envs, e), append(w.raws, raw)
-	c.finalAt[1] = append(c.finalAt[1], 0)
-	c.more++
-}
-
 // correct returns the correct orderers.
 func (c *simCluster) correct() []int {
 	var out []int
@@ -604,6 +567,10 @@ func (c *simCluster) doDuties(i int) {
 	}
 	d.next = next
 	now := c.net.Clock(i)
+	if c.app(i).Duties().Stalled(now) {
+		c.suspected++
+		c.net.Replicas[i].Suspect()
+	}
 	if !since.IsZero() && now.Sub(since) >= timeout && (d.asked != next || now.Sub(d.askedAt) >= timeout) {
 		d.asked, d.askedAt = next, now
 		d.queue = append(d.queue, order.CutOp(next))

@@ -191,6 +191,9 @@ func (r *Replica) run(ctx context.Context, ev *eventLoop) {
 			}
 		}
 		if now := time.Now(); !now.Before(ev.nextTick) {
+			if r.suspect.Swap(false) {
+				r.core.Suspect()
+			}
 			r.core.Tick()
 			ev.nextTick = now.Add(r.cfg.Tick)
 			r.housekeeping(ctx, ev, now)

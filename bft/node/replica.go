@@ -159,6 +159,9 @@ type Replica struct {
 	// goroutine to sweep).
 	routes      map[bft.ClientID]*peerLink
 	routesStale atomic.Bool
+	// suspect asks the loop to vote for a view change at its next tick
+	// (Suspect).
+	suspect atomic.Bool
 
 	sent [len(typeNames)]int
 }
@@ -252,6 +255,11 @@ func (r *Replica) LoopStats() rubin.Stats {
 	}
 	return rubin.Stats{Transport: ev.tr.Stats(), Pool: ev.pool.Stats(), Selectors: []selector.Stats{ev.sel.Stats()}}
 }
+
+// Suspect has the replica vote for a view change at its next tick (see
+// bft.Replica.Suspect), unless one is under way then. It is safe for
+// concurrent use.
+func (r *Replica) Suspect() { r.suspect.Store(true) }
 
 // Status returns the core's status as of its last step; safe from any
 // goroutine.

@@ -242,7 +242,7 @@ func (o *Orderer) Run(ctx context.Context) error {
 	}
 	o.srv.cfg.Invoker = client
 	wg.Go(func() {
-		if err := o.app.Duties().Run(ctx, duty, o.key, uint32(o.cfg.ID)); err != nil && ctx.Err() == nil {
+		if err := o.app.Duties().Run(ctx, duty, o.key, uint32(o.cfg.ID), o.replica.Suspect); err != nil && ctx.Err() == nil {
 			errs <- err
 		}
 	})
