@@ -123,34 +123,38 @@ func New(cfg Config) *Server {
 func (s *Server) Broadcast(stream ab.AtomicBroadcast_BroadcastServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	pending := make(chan *answer, s.cfg.StreamWindow-1)
+	// slots holds a token for each envelope read and not yet answered.
+	slots := make(chan struct{}, s.cfg.StreamWindow)
+	pending := make(chan *answer, s.cfg.StreamWindow)
 	sent := make(chan error, 1)
-	go func() { sent <- s.answer(ctx, cancel, stream, pending) }()
+	go func() { sent <- s.answer(ctx, cancel, stream, pending, slots) }()
 	for {
 		env, err := stream.Recv()
 		if err != nil {
 			break // io.EOF or the stream's end: answer what was read
 		}
-		a := s.broadcast(ctx, env)
 		select {
-		case pending <- a:
-			continue
+		case slots <- struct{}{}:
 		case <-ctx.Done():
-			a.wait()
 		}
-		break
+		if ctx.Err() != nil {
+			break
+		}
+		pending <- s.broadcast(ctx, env) // room: a slot was free
 	}
 	close(pending)
 	return <-sent
 }
 
-// answer sends the answers of pending in order as they come, until
-// pending is closed or a send fails; then it waits for the rest, so
-// that the envelopes' budget is back when Broadcast returns.
-func (s *Server) answer(ctx context.Context, cancel func(), stream ab.AtomicBroadcast_BroadcastServer, pending <-chan *answer) error {
+// answer sends the answers of pending in order as they come, freeing a
+// slot for each, until pending is closed or a send fails; then it waits
+// for the rest, so that the envelopes' budget is back when Broadcast
+// returns.
+func (s *Server) answer(ctx context.Context, cancel func(), stream ab.AtomicBroadcast_BroadcastServer, pending <-chan *answer, slots <-chan struct{}) error {
 	var failed error
 	for a := range pending {
 		resp := a.wait()
+		<-slots
 		if failed != nil {
 			continue
 		}
