@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"slices"
@@ -90,6 +91,9 @@ type clientConfig struct {
 	// the client once no message has been recorded for this long; zero
 	// waits without limit.
 	replyTimeout time.Duration
+	// times is where runClient, not the api, writes each measured
+	// message's send and round-trip times (-times); nil: nowhere.
+	times io.Writer
 }
 
 // apis holds the registered apis by name. It is written only by init

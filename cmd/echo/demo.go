@@ -54,9 +54,17 @@ func runDemoCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs := newFlagSet("demo", stderr)
 	rdmaIP := fs.String("rdma", "", "also run the apis that have RDMA over it, on the RDMA device with this `IP` address; TCP then uses it too")
 	quick := fs.Bool("quick", false, "a tenth of the messages, for slow machines such as an emulated one")
+	var prof commonFlags
+	fs.StringVar(&prof.profile, "cpuprofile", "", "write a CPU profile of the whole demo to `file`")
+	fs.StringVar(&prof.trace, "trace", "", "write an execution trace (runtime/trace, for go tool trace) of the whole demo to `file`")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	stop, err := prof.startProfile()
+	if err != nil {
+		return err
+	}
+	defer stop()
 	cfg := demoConfig{ip: "127.0.0.1", runs: demoRuns}
 	if *quick {
 		cfg.runs = quickRuns(demoRuns)

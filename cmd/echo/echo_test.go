@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -655,6 +658,70 @@ func TestGoNetRejectsRDMA(t *testing.T) {
 		}
 		if !strings.Contains(stderr.String(), "no RDMA") {
 			t.Errorf("%q: stderr %q does not say that gonet has no RDMA", args, &stderr)
+		}
+	}
+}
+
+// TestTimesAndTrace: -times writes one line per measured message, in the
+// order they were sent, and -trace an execution trace, on the client and
+// on the server (one at a time: a process takes one trace at a time).
+func TestTimesAndTrace(t *testing.T) {
+	dir := t.TempDir()
+	srvTrace, cliTrace, times := filepath.Join(dir, "server.trace"), filepath.Join(dir, "client.trace"), filepath.Join(dir, "times")
+	for _, tracer := range []string{"server", "client"} {
+		var serverArgs, clientArgs []string
+		if tracer == "server" {
+			serverArgs = []string{"-trace", srvTrace}
+		} else {
+			clientArgs = []string{"-trace", cliTrace}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		stdout, stderr := newLineWriter(), newLineWriter()
+		exited := make(chan int, 1)
+		go func() {
+			exited <- run(ctx, append([]string{"server", "-api", "channel"}, serverArgs...), stdout, stderr)
+		}()
+		addr := stdout.waitLine(t, "listening on ")
+		const n, warmup = 300, 20
+		var out, errOut bytes.Buffer
+		args := append([]string{"client", "-api", "channel", "-addr", addr, "-n", strconv.Itoa(n),
+			"-warmup", strconv.Itoa(warmup), "-syscalls=false", "-times", times}, clientArgs...)
+		if code := run(context.Background(), args, &out, &errOut); code != exitOK {
+			t.Fatalf("%q: client exited with status %d; stderr:\n%s", args, code, &errOut)
+		}
+		cancel()
+		if code := <-exited; code != exitOK {
+			t.Fatalf("server exited with status %d; stderr:\n%s", code, stderr)
+		}
+
+		data, err := os.ReadFile(times)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+		if len(lines) != n+1 || lines[0] != "seq sent_us rtt_us" {
+			t.Fatalf("-times wrote %d lines beginning %q; want a header and %d lines", len(lines), lines[0], n)
+		}
+		lastSent := -1.0
+		for i, line := range lines[1:] {
+			var seq int
+			var sent, rtt float64
+			if _, err := fmt.Sscanf(line, "%d %g %g", &seq, &sent, &rtt); err != nil {
+				t.Fatalf("line %q: %v", line, err)
+			}
+			if seq != warmup+i || sent < lastSent || rtt <= 0 {
+				t.Fatalf("line %d %q: want seq %d, sent at or after %.1f, a positive round trip", i+1, line, warmup+i, lastSent)
+			}
+			lastSent = sent
+		}
+	}
+	for _, path := range []string{srvTrace, cliTrace} {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.HasPrefix(data, []byte("go 1.")) || len(data) < 1000 {
+			t.Errorf("%s: %d bytes beginning %q; want an execution trace", path, len(data), data[:min(len(data), 16)])
 		}
 	}
 }

@@ -3,9 +3,9 @@
 //
 // Usage:
 //
-//	echo server -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT [-spin DURATION] [-metrics-addr ADDR]
-//	echo client -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT -size BYTES -n COUNT -conns N [-depth D] [-warmup W] [-spin DURATION] [-oneway] [-reply-timeout DURATION] [-syscalls=false]
-//	echo demo [-rdma IP] [-quick]
+//	echo server -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT [-spin DURATION] [-metrics-addr ADDR] [-cpuprofile FILE] [-trace FILE]
+//	echo client -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT -size BYTES -n COUNT -conns N [-depth D] [-warmup W] [-spin DURATION] [-oneway] [-reply-timeout DURATION] [-syscalls=false] [-times FILE] [-cpuprofile FILE] [-trace FILE]
+//	echo demo [-rdma IP] [-quick] [-cpuprofile FILE] [-trace FILE]
 //	echo
 //
 // The server echoes back every byte it receives. Once it listens it prints
@@ -43,6 +43,12 @@
 // 5s", asking whether the server runs with the same -api and -oneway. A
 // server of another mode or api, or one that stopped answering, thus ends
 // the run with an error, never a hang.
+//
+// To find where slow round trips come from, -times FILE writes every
+// measured message's send time and round-trip time, and -trace FILE (on
+// server and client) an execution trace of the whole run for go tool
+// trace, in which the client logs each round trip that took at least four
+// times the fastest one so far ("echo slow round trip", at its end).
 //
 // With -oneway (api channel) the client streams its messages one way, as
 // fast as each connection takes them, and the server only counts them;
@@ -85,6 +91,8 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"runtime/trace"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -117,9 +125,9 @@ const (
 const maxSize = 64 << 20
 
 const usageText = `usage:
-  echo server -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT [-spin DURATION] [-metrics-addr ADDR]
-  echo client -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT -size BYTES -n COUNT -conns N [-depth D] [-warmup W] [-spin DURATION] [-oneway] [-reply-timeout DURATION] [-syscalls=false]
-  echo demo [-rdma IP] [-quick]
+  echo server -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT [-spin DURATION] [-metrics-addr ADDR] [-cpuprofile FILE] [-trace FILE]
+  echo client -transport tcp|rdma -api conn|gonet|channel -addr HOST:PORT -size BYTES -n COUNT -conns N [-depth D] [-warmup W] [-spin DURATION] [-oneway] [-reply-timeout DURATION] [-syscalls=false] [-times FILE] [-cpuprofile FILE] [-trace FILE]
+  echo demo [-rdma IP] [-quick] [-cpuprofile FILE] [-trace FILE]
   echo          (no arguments: the demo over 127.0.0.1)
 `
 
@@ -200,6 +208,7 @@ type commonFlags struct {
 	addr      string
 	spin      time.Duration
 	profile   string
+	trace     string
 }
 
 func (c *commonFlags) register(fs *flag.FlagSet, defaultAddr string) {
@@ -208,26 +217,51 @@ func (c *commonFlags) register(fs *flag.FlagSet, defaultAddr string) {
 	fs.StringVar(&c.addr, "addr", defaultAddr, "address, HOST:PORT")
 	fs.DurationVar(&c.spin, "spin", 0, "fixed busy-poll budget before sleeping, for apis that have one (0: the selector's adaptive default)")
 	fs.StringVar(&c.profile, "cpuprofile", "", "write a CPU profile of the whole run to `file`")
+	fs.StringVar(&c.trace, "trace", "", "write an execution trace (runtime/trace, for go tool trace) of the whole run to `file`")
 }
 
-// startProfile starts the CPU profile asked for, if any; the returned
-// function stops it and closes the file.
+// startProfile starts the CPU profile and the execution trace asked for,
+// if any; the returned function stops them and closes their files.
 func (c *commonFlags) startProfile() (stop func() error, err error) {
-	if c.profile == "" {
-		return func() error { return nil }, nil
+	var stops []func() error
+	stopAll := func() error {
+		var errs []error
+		for _, f := range slices.Backward(stops) {
+			errs = append(errs, f())
+		}
+		return errors.Join(errs...)
 	}
-	f, err := os.Create(c.profile)
-	if err != nil {
-		return nil, err
+	if c.profile != "" {
+		f, err := os.Create(c.profile)
+		if err != nil {
+			return nil, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return nil, err
+		}
+		stops = append(stops, func() error {
+			pprof.StopCPUProfile()
+			return f.Close()
+		})
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
+	if c.trace != "" {
+		f, err := os.Create(c.trace)
+		if err != nil {
+			stopAll()
+			return nil, err
+		}
+		if err := trace.Start(f); err != nil {
+			f.Close()
+			stopAll()
+			return nil, err
+		}
+		stops = append(stops, func() error {
+			trace.Stop()
+			return f.Close()
+		})
 	}
-	return func() error {
-		pprof.StopCPUProfile()
-		return f.Close()
-	}, nil
+	return stopAll, nil
 }
 
 // check validates the common flags and returns the selected api.
@@ -308,6 +342,7 @@ type clientFlags struct {
 	oneway       bool
 	replyTimeout time.Duration
 	syscalls     bool
+	times        string
 }
 
 // defaultReplyTimeout is how long a client waits for a reply, by
@@ -325,6 +360,7 @@ func runClientCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.IntVar(&cf.depth, "depth", 1, "messages in flight per connection")
 	fs.BoolVar(&cf.oneway, "oneway", false, "stream messages one way, as fast as the connection takes them; the server counts them and confirms the total (api channel)")
 	fs.DurationVar(&cf.replyTimeout, "reply-timeout", defaultReplyTimeout, "give up when no reply has come for this long (0: wait without limit)")
+	fs.StringVar(&cf.times, "times", "", "write each measured message's send time and round-trip time to `file`, one line each, in microseconds")
 	fs.BoolVar(&cf.syscalls, "syscalls", true, "count the client's system calls (on Linux, with tracefs, as root); while counted, every system call takes longer")
 	cf.warmup = -1 // unset: derived from -n by check
 	fs.Func("warmup", "`count` of unmeasured messages sent first (default min(1000, n/10))", func(s string) error {
@@ -363,6 +399,14 @@ func runClientCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 		oneway:  cf.oneway,
 
 		replyTimeout: cf.replyTimeout,
+	}
+	if cf.times != "" {
+		f, err := os.Create(cf.times)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		cfg.times = f
 	}
 	meter := cost.Open(cost.Config{Syscalls: cf.syscalls})
 	defer meter.Close()
@@ -416,6 +460,9 @@ const (
 // message recorded.
 func runClient(ctx context.Context, a api, cfg clientConfig, n, warmup int, meter *cost.Meter, stderr io.Writer) (summary, error) {
 	rec := newRecorder(n, warmup, meter)
+	if cfg.times != nil {
+		rec.keepSent()
+	}
 	ctx, giveUp := context.WithCancelCause(ctx)
 	defer giveUp(nil)
 	watchCtx, stopWatching := context.WithCancel(ctx)
@@ -435,6 +482,11 @@ func runClient(ctx context.Context, a api, cfg clientConfig, n, warmup int, mete
 	watchers.Wait()
 	if err != nil {
 		return summary{}, err
+	}
+	if cfg.times != nil {
+		if err := rec.writeTimes(cfg.times); err != nil {
+			return summary{}, fmt.Errorf("-times: %w", err)
+		}
 	}
 	res, err := rec.result()
 	if err != nil {

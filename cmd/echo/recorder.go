@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"runtime/trace"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -33,6 +36,12 @@ type recorder struct {
 	base   time.Time
 	times  []time.Duration // indexed by seq - warmup
 	meter  *cost.Meter     // nil: no costs
+	// sent, if not nil, holds each measured message's send time, as time
+	// since base, indexed like times (keepSent).
+	sent []time.Duration
+	// fastest is the shortest round trip recorded so far, while an
+	// execution trace is being taken (traceSlow).
+	fastest atomic.Int64
 
 	// The meter's readings as the measured phase begins and as it ends,
 	// each written by the one goroutine that begins or ends it; the last
@@ -80,8 +89,14 @@ func (r *recorder) Record(seq uint64, rtt time.Duration) {
 	if seq >= r.total {
 		panic(fmt.Sprintf("echo: Record(%d) of a sequence number never handed out", seq))
 	}
+	if trace.IsEnabled() {
+		r.traceSlow(seq, rtt)
+	}
 	if seq >= r.warmup {
 		r.times[seq-r.warmup] = rtt
+		if r.sent != nil {
+			r.sent[seq-r.warmup] = time.Since(r.base) - rtt
+		}
 		if r.measured.Add(1) == uint64(len(r.times)) {
 			r.end.Store(int64(time.Since(r.base)))
 			if r.meter != nil {
@@ -90,6 +105,48 @@ func (r *recorder) Record(seq uint64, rtt time.Duration) {
 		}
 	}
 	r.recorded.Add(1)
+}
+
+// keepSent has the recorder keep each measured message's send time, for
+// writeTimes. It must be called before the first Record.
+func (r *recorder) keepSent() {
+	r.sent = make([]time.Duration, len(r.times))
+}
+
+// writeTimes writes one line per measured message, in the order they were
+// handed out: its sequence number, when it was sent (microseconds since
+// the recorder was made) and its round-trip time (microseconds). It needs
+// keepSent, and must be called after every Record call has returned and
+// before result, which sorts the times.
+func (r *recorder) writeTimes(w io.Writer) error {
+	if r.sent == nil {
+		return errors.New("echo: writeTimes without keepSent")
+	}
+	bw := bufio.NewWriter(w)
+	fmt.Fprintln(bw, "seq sent_us rtt_us")
+	for i, rtt := range r.times {
+		fmt.Fprintf(bw, "%d %.1f %.1f\n", r.warmup+uint64(i), micros(r.sent[i]), micros(rtt))
+	}
+	return bw.Flush()
+}
+
+// slowFactor is how many times the fastest round trip so far a round trip
+// must take to be logged in an execution trace.
+const slowFactor = 4
+
+// traceSlow logs message seq in the execution trace being taken if its
+// round trip took at least slowFactor times the fastest one so far, so
+// that a trace viewer finds the slow round trips: the log's time is the
+// end of the round trip, and it says how long it took.
+func (r *recorder) traceSlow(seq uint64, rtt time.Duration) {
+	fastest := r.fastest.Load()
+	for (fastest == 0 || int64(rtt) < fastest) && !r.fastest.CompareAndSwap(fastest, int64(rtt)) {
+		fastest = r.fastest.Load()
+	}
+	if fastest > 0 && int64(rtt) >= slowFactor*fastest {
+		trace.Log(context.Background(), "echo slow round trip",
+			fmt.Sprintf("seq=%d rtt_us=%.1f fastest_us=%.1f", seq, micros(rtt), micros(time.Duration(fastest))))
+	}
 }
 
 // A result summarizes the measured phase of a client run.
