@@ -4,8 +4,10 @@ package selector
 // queue, spinning, sleeping, and handing epoll's events to their sources.
 
 import (
+	"context"
 	"fmt"
 	"runtime"
+	"runtime/trace"
 	"time"
 
 	"github.com/rubin-go/rubin/selectionkey"
@@ -56,6 +58,7 @@ func (s *Selector) doSelect(timeout time.Duration) (int, error) {
 	if timeout > 0 {
 		deadline = start.Add(timeout)
 	}
+	ceded := s.ceded.Load()
 	if budget > 0 {
 		found, err := s.spinFor(start, budget, deadline)
 		if err != nil {
@@ -90,6 +93,9 @@ func (s *Selector) doSelect(timeout time.Duration) (int, error) {
 				err = s.collect(0, false, true)
 			} else {
 				s.sleeps.Add(1)
+				if trace.IsEnabled() {
+					traceSleep(start, budget, s.ceded.Load() != ceded)
+				}
 				err = s.park(deadline)
 			}
 			s.sleeping.Store(false)
@@ -147,6 +153,15 @@ func (s *Selector) spinFor(start time.Time, budget time.Duration, deadline time.
 			yielded = now
 		}
 	}
+}
+
+// traceSleep logs, in the execution trace being taken, that a select that
+// began waiting at start goes to sleep after spinning with budget (cut
+// short if ceded), so that a trace viewer can tell a sleep after the spin
+// budget from other waits.
+func traceSleep(start time.Time, budget time.Duration, ceded bool) {
+	trace.Log(context.Background(), "selector sleep", fmt.Sprintf("budget_us=%.1f waited_us=%.1f ceded=%t",
+		float64(budget)/1e3, float64(time.Since(start))/1e3, ceded))
 }
 
 // finishWaited is finish for a select that waited since start: the wait
