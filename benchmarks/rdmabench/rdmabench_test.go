@@ -197,20 +197,21 @@ func TestJudge(t *testing.T) {
 		{0, 64, "1.10 met"},    // rdma-channel 11 / perftest 10
 		{1, 64, "1.30 MISSED"}, // rdma-conn 13 / 10
 		{2, 64, "2.73 met"},    // rdma-channel's p99 30 / its p50 11
-		{3, 64, "1.18 met"},    // rdma-conn 13 / rdma-channel 11
-		{4, 64, "0.37 met"},    // rdma-channel 11 / tcp 30
-		{5, 1024, "0.43 met"},
-		{6, 64, "0.80"}, // rdma-oneway 80 MB/s / 100, at a size with no target
-		{7, 64, "0.91"}, // rdma-channel 91 MB/s (median of 90, 91, 92) / 100: no target
-		{8, 1024, "-"},  // rdma-conn failed a throughput run
-		{6, 4096, "-"},  // not measured at 4 KiB
+		{3, 64, "1.36 met"},    // rdma-channel's tail 30/11 over perftest's 20/10
+		{4, 64, "1.18 met"},    // rdma-conn 13 / rdma-channel 11
+		{5, 64, "0.37 met"},    // rdma-channel 11 / tcp 30
+		{6, 1024, "0.43 met"},
+		{7, 64, "0.80"}, // rdma-oneway 80 MB/s / 100, at a size with no target
+		{8, 64, "0.91"}, // rdma-channel 91 MB/s (median of 90, 91, 92) / 100: no target
+		{9, 1024, "-"},  // rdma-conn failed a throughput run
+		{7, 4096, "-"},  // not measured at 4 KiB
 	} {
 		if got := res.judge(targets[c.target], c.size).String(); got != c.want {
 			t.Errorf("%s at %d = %q, want %q", targets[c.target].header, c.size, got, c.want)
 		}
 	}
 	// Out of range: a ratio, no verdict.
-	tg := targets[4]
+	tg := targets[5]
 	tg.maxSize = 64
 	if got := res.judge(tg, 1024).String(); got != "0.37" {
 		t.Errorf("out-of-range verdict = %q, want a bare ratio", got)
@@ -220,10 +221,10 @@ func TestJudge(t *testing.T) {
 	if v := res.judge(tg, 64); !v.met {
 		t.Errorf("ratio 1.10 against limit 1.10: %+v, want met", v)
 	}
-	if got := res.summary(targets[6]); got != "not measured: no size in its range" {
+	if got := res.summary(targets[7]); got != "not measured: no size in its range" {
 		t.Errorf("summary = %q, want its sizes not run", got)
 	}
-	tg = targets[6]
+	tg = targets[7]
 	tg.at = []int{64, 1024}
 	if got := res.summary(tg); got != "missed at 64 B (0.80), 1 KiB (0.80)" {
 		t.Errorf("summary = %q", got)
