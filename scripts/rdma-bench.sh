@@ -9,8 +9,10 @@
 # machine and runs rdmabench there (see its package comment for what it
 # measures and how), which prints its tables. With -write it also writes
 # the report to docs/benchmarks-rdma.md and the plot to
-# docs/latency-vs-size-rdma.svg. The whole run takes several minutes here
-# (software emulation); -quick is the small run for CI, under a minute.
+# docs/latency-vs-size-rdma.svg; it keeps what the old report had after
+# the marker line keep_marker (below), which was written by hand. The
+# whole run takes several minutes here (software emulation); -quick is
+# the small run for CI, under a minute.
 # -wait first waits, for up to ten minutes, until no other virtual machine
 # runs on the host. Flags after -- go to rdmabench, for instance
 # -- -contenders perftest,tcp-channel -rounds 5.
@@ -33,6 +35,9 @@ set -euo pipefail
 # Where -write puts the report and the plot, from the repository root.
 md_out=docs/benchmarks-rdma.md
 svg_out=docs/latency-vs-size-rdma.svg
+# The line after which -write keeps the old report's text.
+keep_marker='<!-- written by hand: scripts/rdma-bench.sh -write keeps what follows -->'
+
 
 usage() {
 	echo "usage: $0 [-quick] [-write] [-wait] [-- rdmabench flags]" >&2
@@ -134,6 +139,14 @@ if [[ -n $contention ]]; then
 	# The guest could not see it: add it to the report's notes.
 	awk -v note="- **host:** $contention" '{ print } !done && /^- \*\*duration:\*\*/ { print note; done = 1 }' \
 		"$work/${md_out##*/}" >"$work/md.tmp" && mv "$work/md.tmp" "$work/${md_out##*/}"
+fi
+# What follows the marker line in the old report was written by hand
+# (findings, with the commands that show them): the new report keeps it.
+if [[ -f $md_out ]]; then
+	awk -v m="$keep_marker" 'index($0, m) == 1 { on = 1 } on' "$md_out" >"$work/kept.md"
+	if [[ -s $work/kept.md ]]; then
+		{ echo; cat "$work/kept.md"; } >>"$work/${md_out##*/}"
+	fi
 fi
 for path in "$md_out" "$svg_out"; do
 	cp "$work/${path##*/}" "$path"
