@@ -236,7 +236,6 @@ type simCluster struct {
 	told    int            // requests the liar answered
 	// lossless is an orderer whose links lose no packet, -1 if none.
 	lossless  int
-	more      int           // envelopes keepOrdering added
 	suspected int           // times a correct orderer's Duties found the view stalled
 	client    *simDeliverer // the LyingOrderer family's delivery client
 	got       [][]byte      // the blocks it took, encoded
