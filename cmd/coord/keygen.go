@@ -5,12 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/rubin-go/rubin/bft/auth"
+	"github.com/rubin-go/rubin/internal/cli"
 )
 
 func runKeygen(_ context.Context, args []string, stdout, stderr io.Writer) error {
@@ -29,14 +28,11 @@ func runKeygen(_ context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	var list []string
-	if addrs != "" {
-		list = strings.Split(addrs, ",")
-		for _, a := range list {
-			if _, _, err := net.SplitHostPort(a); err != nil {
-				return fmt.Errorf("%w: -addrs: %w", errUsage, err)
-			}
-		}
+	list, err := cli.Addrs("addrs", addrs)
+	if err != nil {
+		return err
+	}
+	if list != nil {
 		n = len(list)
 	}
 	switch {

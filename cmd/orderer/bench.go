@@ -80,7 +80,7 @@ func parseBench(args []string, stderr io.Writer) (benchConfig, error) {
 		fs.StringVar(&cfg.dataDir, "data-dir", "", "keep the orderers' data in `dir`/0..3, which must not hold an earlier run's (default: a temporary directory, removed after)")
 		fs.IntVar(&cfg.observe, "observe", 0, "the orderer whose Deliver stream is observed")
 		fs.StringVar(&cfg.profile, "cpuprofile", "", "write a CPU profile of the whole run, orderers and load, to `file`")
-		fs.BoolVar(&quick, "quick", false, "a run of a few seconds for CI: -duration 3s -warmup 1s -verify-samples 300 -envelopes 6000, unless given")
+		fs.BoolVar(&quick, "quick", false, "a run of a few seconds for CI: -duration 3s -warmup 1s -verify-samples 300, unless given")
 	})
 	if err != nil {
 		return cfg, err
@@ -97,9 +97,6 @@ func parseBench(args []string, stderr io.Writer) (benchConfig, error) {
 		}
 		if !set["verify-samples"] {
 			cfg.samples = 300
-		}
-		if !set["envelopes"] {
-			cfg.envs = 6000
 		}
 	}
 	switch {

@@ -22,13 +22,15 @@ import (
 
 func runKeygen(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	var n, basePort, broadcastPort int
-	var host, out, split, name, writers, readers string
+	var host, out, split, name, writers, readers, addrs, broadcastAddrs string
 	var bc block.Config
 	err := parseFlags("keygen", args, stderr, func(fs *flag.FlagSet) {
 		fs.IntVar(&n, "n", 4, "orderers, 3f+1")
 		fs.StringVar(&host, "host", "127.0.0.1", "host of every orderer's addresses")
 		fs.IntVar(&basePort, "base-port", 7100, "orderer i's replica listens on host:base-port+i")
 		fs.IntVar(&broadcastPort, "broadcast-port", 7050, "orderer i serves AtomicBroadcast on host:broadcast-port+i")
+		fs.StringVar(&addrs, "addrs", "", "comma-separated HOST:PORT of every orderer's replica, in order (overrides -host, -base-port and -n)")
+		fs.StringVar(&broadcastAddrs, "broadcast-addrs", "", "comma-separated HOST:PORT where each orderer serves AtomicBroadcast, in order (overrides -host and -broadcast-port; as many as the orderers)")
 		fs.StringVar(&out, "out", "cluster.json", "the cluster file to write: every orderer's secrets, for a cluster on one machine; the channel goes beside it in .channel.json")
 		fs.StringVar(&split, "split", "", "also write each orderer's own file into `dir`: replica-I.json for orderer I, holding only its secrets, with the channel beside it in replica-I.channel.json; give each machine its own")
 		fs.StringVar(&name, "channel", "", "the channel's name")
@@ -42,12 +44,25 @@ func runKeygen(_ context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	list, err := cli.Addrs("addrs", addrs)
+	if err != nil {
+		return err
+	}
+	if list != nil {
+		n = len(list)
+	}
+	blist, err := cli.Addrs("broadcast-addrs", broadcastAddrs)
+	if err != nil {
+		return err
+	}
 	switch {
 	case n < 4 || (n-1)%3 != 0:
-		return fmt.Errorf("%w: -n %d is not 3f+1 with f >= 1", cli.ErrUsage, n)
-	case basePort < 1 || basePort+n-1 > 65535:
+		return fmt.Errorf("%w: %d orderers is not 3f+1 with f >= 1", cli.ErrUsage, n)
+	case blist != nil && len(blist) != n:
+		return fmt.Errorf("%w: -broadcast-addrs names %d addresses for %d orderers", cli.ErrUsage, len(blist), n)
+	case list == nil && (basePort < 1 || basePort+n-1 > 65535):
 		return fmt.Errorf("%w: -base-port %d leaves no room for %d ports", cli.ErrUsage, basePort, n)
-	case broadcastPort < 1 || broadcastPort+n-1 > 65535:
+	case blist == nil && (broadcastPort < 1 || broadcastPort+n-1 > 65535):
 		return fmt.Errorf("%w: -broadcast-port %d leaves no room for %d ports", cli.ErrUsage, broadcastPort, n)
 	case name == "" || writers == "" || out == "":
 		return fmt.Errorf("%w: -channel, -writers and -out are required", cli.ErrUsage)
@@ -73,12 +88,21 @@ func runKeygen(_ context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		*p.dst = string(b)
 	}
-	for i := range n {
-		ch.Broadcast = append(ch.Broadcast, net.JoinHostPort(host, strconv.Itoa(broadcastPort+i)))
+	ch.Broadcast = blist
+	if blist == nil {
+		for i := range n {
+			ch.Broadcast = append(ch.Broadcast, net.JoinHostPort(host, strconv.Itoa(broadcastPort+i)))
+		}
 	}
 	c, err := auth.Generate(n, 2*n, host, basePort, nil) // two clients an orderer: order.ClientIDs
 	if err != nil {
 		return err
+	}
+	for i, a := range list {
+		c.Replicas[i].Addr = a
+	}
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
 	}
 	if err := c.Save(out); err != nil {
 		return err

@@ -5,7 +5,7 @@
 //
 // Usage:
 //
-//	orderer keygen -n 4 -base-port 7100 -out cluster.json -channel NAME -writers CA.pem [-readers CA.pem] [-host 127.0.0.1] [-broadcast-port 7050] [-max-message-count 500] [-absolute-max-bytes 524288] [-preferred-max-bytes 524288] [-batch-timeout 2s] [-split DIR]
+//	orderer keygen -n 4 -base-port 7100 -out cluster.json -channel NAME -writers CA.pem [-readers CA.pem] [-host 127.0.0.1] [-broadcast-port 7050] [-max-message-count 500] [-absolute-max-bytes 524288] [-preferred-max-bytes 524288] [-batch-timeout 2s] [-split DIR] [-addrs HOST:PORT,...] [-broadcast-addrs HOST:PORT,...]
 //	orderer replica -id I -cluster replica-I.json [-data-dir DIR] [-listen HOST:PORT] [-metrics-addr ADDR] [-transport tcp|rdma] [-v]
 //	orderer demo [-envelopes 400] [-transport tcp|rdma]
 //	orderer bench [-quick] [-duration 30s] [-warmup 5s] [-streams 32] [-window 16] [-transport tcp|rdma] [-host 127.0.0.1] [-size 1024] [-verify-samples 5000] [-envelopes N] [-observe 0] [-data-dir DIR] [-cpuprofile FILE]
@@ -77,7 +77,7 @@ func main() {
 }
 
 const usageText = `usage:
-  orderer keygen -n 4 -base-port 7100 -out cluster.json -channel NAME -writers CA.pem [-readers CA.pem] [-host 127.0.0.1] [-broadcast-port 7050] [-max-message-count 500] [-absolute-max-bytes 524288] [-preferred-max-bytes 524288] [-batch-timeout 2s] [-split DIR]
+  orderer keygen -n 4 -base-port 7100 -out cluster.json -channel NAME -writers CA.pem [-readers CA.pem] [-host 127.0.0.1] [-broadcast-port 7050] [-max-message-count 500] [-absolute-max-bytes 524288] [-preferred-max-bytes 524288] [-batch-timeout 2s] [-split DIR] [-addrs HOST:PORT,...] [-broadcast-addrs HOST:PORT,...]
   orderer replica -id I -cluster replica-I.json [-data-dir DIR] [-listen HOST:PORT] [-metrics-addr ADDR] [-transport tcp|rdma] [-v]
   orderer demo [-envelopes 400] [-transport tcp|rdma]
   orderer bench [-quick] [-duration 30s] [-warmup 5s] [-streams 32] [-window 16] [-transport tcp|rdma] [-host 127.0.0.1] [-size 1024] [-verify-samples 5000] [-envelopes N] [-observe 0] [-data-dir DIR] [-cpuprofile FILE]

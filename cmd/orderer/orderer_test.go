@@ -6,10 +6,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rubin-go/rubin/bft/auth"
 	"github.com/rubin-go/rubin/internal/cli"
 	"github.com/rubin-go/rubin/order/block"
 	"github.com/rubin-go/rubin/order/ordertest"
@@ -53,6 +55,10 @@ func TestUsageErrors(t *testing.T) {
 		{"keygen", "-channel", "c", "-writers", ca, "-batch-timeout", "0s"},
 		{"keygen", "-channel", "c", "-writers", ca, "-absolute-max-bytes", "2000000"},
 		{"keygen", "extra"},
+		{"keygen", "-channel", "c", "-writers", ca, "-addrs", "a:1,b:2,c:3"},
+		{"keygen", "-channel", "c", "-writers", ca, "-addrs", "a:1,b:2,c:3,a:1"},
+		{"keygen", "-channel", "c", "-writers", ca, "-addrs", "a:1,b:2,c:3,d"},
+		{"keygen", "-channel", "c", "-writers", ca, "-broadcast-addrs", "a:1,b:2"},
 		{"replica", "-id", "0", "-transport", "udp"},
 		{"replica", "-nosuchflag"},
 		{"demo", "-envelopes", "1"},
@@ -116,7 +122,7 @@ func TestBenchQuick(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.warmup != time.Second || cfg.samples != 300 || cfg.envs != 6000 {
+	if cfg.warmup != time.Second || cfg.samples != 300 || cfg.envs != 0 {
 		t.Fatalf("-quick gave %+v", cfg)
 	}
 	cfg.dataDir = t.TempDir()
@@ -134,4 +140,37 @@ func TestBenchQuick(t *testing.T) {
 		}
 	}
 	t.Log(stdout)
+}
+
+// TestKeygenAddrs: with -addrs and -broadcast-addrs each orderer gets the
+// addresses named for it, in the dealer's file and in its own.
+func TestKeygenAddrs(t *testing.T) {
+	dir := t.TempDir()
+	_, writers := writeCA(t, dir, "writers")
+	out, split := filepath.Join(dir, "cluster.json"), filepath.Join(dir, "split")
+	addrs := []string{"10.0.0.1:7100", "10.0.0.2:7100", "10.0.0.3:7100", "10.0.0.4:7100"}
+	broadcast := []string{"o1.example:7050", "o2.example:7050", "o3.example:7050", "o4.example:7050"}
+	code, _, stderr := runCmd(t, "keygen", "-addrs", strings.Join(addrs, ","), "-broadcast-addrs", strings.Join(broadcast, ","),
+		"-out", out, "-split", split, "-channel", "mychannel", "-writers", writers)
+	if code != cli.ExitOK {
+		t.Fatalf("keygen: %d\n%s", code, stderr)
+	}
+	for _, file := range []string{out, filepath.Join(split, "replica-2.json")} {
+		c, err := auth.Load(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range c.Replicas {
+			if r.Addr != addrs[i] {
+				t.Errorf("%s: orderer %d at %s, want %s", file, i, r.Addr, addrs[i])
+			}
+		}
+		ch, err := loadChannel(channelPath(file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(ch.file.Broadcast, broadcast) {
+			t.Errorf("%s: AtomicBroadcast at %v, want %v", channelPath(file), ch.file.Broadcast, broadcast)
+		}
+	}
 }

@@ -28,3 +28,17 @@ func TestParseFlags(t *testing.T) {
 		t.Fatalf("a positional argument: %v", err)
 	}
 }
+
+func TestAddrs(t *testing.T) {
+	if list, err := Addrs("addrs", ""); list != nil || err != nil {
+		t.Fatalf("empty: %v %v", list, err)
+	}
+	if list, err := Addrs("addrs", "a:1,[::1]:2"); err != nil || len(list) != 2 || list[1] != "[::1]:2" {
+		t.Fatalf("two: %v %v", list, err)
+	}
+	for _, bad := range []string{"a", "a:1,", "a:1,a:1"} {
+		if _, err := Addrs("addrs", bad); !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "-addrs") {
+			t.Errorf("%q: %v, want a usage error naming -addrs", bad, err)
+		}
+	}
+}
