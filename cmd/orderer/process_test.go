@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -83,12 +82,7 @@ func freeBroadcastPorts(t *testing.T, files ...string) {
 			t.Fatal(err)
 		}
 		for len(addrs) < len(ch.file.Broadcast) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			addrs = append(addrs, ln.Addr().String())
-			ln.Close()
+			addrs = append(addrs, proctest.FreeAddr(t))
 		}
 		copy(ch.file.Broadcast, addrs)
 		if err := ch.file.save(channelPath(file)); err != nil {

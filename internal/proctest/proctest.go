@@ -7,6 +7,8 @@ package proctest
 import (
 	"bufio"
 	"bytes"
+	"fmt"
+	"math/rand/v2"
 	"net"
 	"os/exec"
 	"regexp"
@@ -48,12 +50,7 @@ func FreePorts(t testing.TB, file string, more ...string) *auth.Cluster {
 			t.Fatal(err)
 		}
 		for len(addrs) < c.N() {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			addrs = append(addrs, ln.Addr().String())
-			ln.Close()
+			addrs = append(addrs, FreeAddr(t))
 		}
 		for i := range c.Replicas {
 			c.Replicas[i].Addr = addrs[i]
@@ -112,4 +109,26 @@ func Start(t testing.TB, cmd *exec.Cmd, announce *regexp.Regexp, timeout time.Du
 		t.Fatalf("%s did not announce itself within %v: %s", cmd.Args, timeout, stderr.String())
 	}
 	return nil, nil
+}
+
+// FreeAddr returns an address on 127.0.0.1 that is free now, for a
+// process the test starts to listen on. Its port is below the kernel's
+// range of ephemeral ports (net.ipv4.ip_local_port_range, 32768 and up
+// by default), where a port the test picked with :0 and closed again
+// could meanwhile become the local port of a connection another test
+// makes, and the process would find it taken.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	const lo, hi = 20000, 32768
+	for range 1000 {
+		addr := fmt.Sprintf("127.0.0.1:%d", lo+rand.IntN(hi-lo))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		return addr
+	}
+	t.Fatalf("no free port in [%d, %d) on 127.0.0.1", lo, hi)
+	return ""
 }
