@@ -7,19 +7,39 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// osFile is the Log's File: an *os.File with fdatasync and fallocate.
+// osFile is the Log's File: an *os.File with fdatasync, and space
+// allocated as written zeros.
 type osFile struct{ *os.File }
+
+// zeros is what Allocate writes where the file system cannot write
+// zeros itself.
+var zeros [64 << 10]byte
 
 func (f osFile) Datasync() error {
 	return f.control(func(fd int) error { return unix.Fdatasync(fd) })
 }
 
+// Allocate makes [off, off+n) blocks of zeros that are written, not
+// merely reserved: fallocate(2) mode 0 leaves unwritten extents, and the
+// first write into each block then changes the file's metadata, which
+// every fdatasync after it commits to the file system's journal (about
+// half again the CPU and latency of a sync on ext4). It asks the file
+// system to write the zeros (FALLOC_FL_WRITE_ZEROES, Linux 6.17 on, where
+// the device can) and writes them itself where it cannot.
 func (f osFile) Allocate(off, n int64) error {
-	err := f.control(func(fd int) error { return unix.Fallocate(fd, 0, off, n) })
-	if errors.Is(err, unix.EOPNOTSUPP) {
-		return errors.ErrUnsupported
+	err := f.control(func(fd int) error { return unix.Fallocate(fd, unix.FALLOC_FL_WRITE_ZEROES, off, n) })
+	if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.EINVAL) {
+		return err
 	}
-	return err
+	for n > 0 {
+		k := min(n, int64(len(zeros)))
+		if _, err := f.WriteAt(zeros[:k], off); err != nil {
+			return err
+		}
+		off += k
+		n -= k
+	}
+	return nil
 }
 
 // control runs op on the file's descriptor, again while it is

@@ -15,22 +15,25 @@
 //
 // # Pre-allocation
 //
-// The log file grows by whole chunks of Options.Prealloc bytes (default
-// DefaultPrealloc, 4 MiB), allocated with fallocate(2) (mode 0, which
-// also sets the file size) when an Append would pass the end of the
-// allocated space. That Append syncs with fsync, which makes the new
-// size and allocation durable together with its frame; every Append
-// inside space already allocated and synced syncs with fdatasync(2),
-// which skips the inode timestamps but still flushes whatever metadata
-// reading the data back needs (the conversion of fallocate's unwritten
-// extents to written ones). An Append that grows the file by writing,
-// because fallocate failed (a disk too full for a chunk, a file system
-// without it), also syncs with fsync, so a full disk is found by the
-// write that does not fit, never at Open. The unused, zeroed rest of the
-// last chunk is the log's end at Open, like a torn tail; it is not
-// damage, is kept for later Appends and is not counted in Cut. A log
-// file so costs up to one chunk of disk beyond its records, and a new
-// one is started at every Snapshot.
+// The log file grows by chunks of zeros written ahead of its frames
+// (File.Allocate), so that an Append writes into blocks that are
+// already part of the file: its fdatasync(2) then flushes the data
+// alone, where a write into space fallocate(2) only reserved would also
+// commit the metadata of the block it fills. A chunk is as large as the
+// file already is, or as the last generation's log grew, at least
+// minChunk and at most Options.Prealloc (default DefaultPrealloc,
+// 4 MiB): a log restarted at every Snapshot writes about as many zeros
+// as records, once. An Append that grows the file syncs with fsync,
+// which makes the new size durable together with its frame; every
+// Append inside space already allocated and synced syncs with
+// fdatasync. An Append that grows the file by writing, because the
+// zeros could not be written (a disk too full for a chunk), also syncs
+// with fsync, so a full disk is found by the write that does not fit,
+// never at Open. The unused, zeroed rest of the last chunk is the log's
+// end at Open, like a torn tail; it is not damage, is kept for later
+// Appends and is not counted in Cut. A log file so costs up to one chunk
+// of disk beyond its records, and a new one is started at every
+// Snapshot.
 //
 // # Guarantees
 //
@@ -87,6 +90,10 @@ const DefaultMaxFrame = 1 << 30
 // 4 MiB of records), small enough to be a modest cost on the disk.
 const DefaultPrealloc = 4 << 20
 
+// minChunk is the smallest chunk the log file grows by (unless
+// Options.Prealloc is smaller): a log that stays small writes few zeros.
+const minChunk = 64 << 10
+
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // File is what the Log needs of an open file. Tests wrap it to inject
@@ -98,8 +105,9 @@ type File interface {
 	// Datasync is fdatasync(2): the data and the metadata needed to read
 	// it back, not the timestamps.
 	Datasync() error
-	// Allocate allocates n bytes at off (fallocate(2), mode 0: the file
-	// size grows to cover them), errors.ErrUnsupported where it cannot.
+	// Allocate writes n zero bytes at off, or has the file system write
+	// them (the file size grows to cover them); errors.ErrUnsupported
+	// where the Log is to grow the file by its frames alone.
 	Allocate(off, n int64) error
 	Close() error
 }
@@ -109,9 +117,9 @@ type Options struct {
 	// MaxFrame bounds a frame's payload (default DefaultMaxFrame): a
 	// header claiming more is damage.
 	MaxFrame int
-	// Prealloc is the chunk the log file grows by, in bytes (default
-	// DefaultPrealloc; negative: none, the file grows by its frames and
-	// every Append fsyncs).
+	// Prealloc is the largest chunk the log file grows by, in bytes
+	// (default DefaultPrealloc; negative: none, the file grows by its
+	// frames and every Append fsyncs).
 	Prealloc int
 	// Wrap, if set, wraps every file the Log writes (fault injection).
 	Wrap func(File) File
@@ -124,6 +132,7 @@ type Log struct {
 	gen    uint64
 	size   int // bytes of frames in the current log file
 	alloc  int // the file's size, durable: Appends below it fdatasync
+	last   int // bytes of frames the previous generation's log held
 	f      File
 	err    error // sticky: set by the first failure
 	frame  []byte
@@ -300,11 +309,12 @@ func (l *Log) Append(recs [][]byte) error {
 	end := l.size + len(p)
 	alloc := l.alloc
 	if end > alloc && l.opt.Prealloc > 0 {
-		// A chunk boundary at or past end. If fallocate fails the write
-		// grows the file; a failed fallocate may have grown it part way
-		// too: the fsync below covers both, and zeros left past end are
-		// the log's end at Open.
-		next := (end + l.opt.Prealloc - 1) / l.opt.Prealloc * l.opt.Prealloc
+		// Whole chunks up to end or past it. If writing the zeros fails
+		// the frame's write grows the file; the zeros may have grown it
+		// part way too: the fsync below covers both, and zeros left past
+		// end are the log's end at Open.
+		chunk := min(l.opt.Prealloc, max(minChunk, alloc, l.last))
+		next := alloc + (end-alloc+chunk-1)/chunk*chunk
 		if err := l.f.Allocate(int64(alloc), int64(next-alloc)); err == nil {
 			alloc = next
 		} else if errors.Is(err, errors.ErrUnsupported) {
@@ -356,6 +366,7 @@ func (l *Log) Snapshot(snap []byte) error {
 	l.f = l.wrap(osFile{nf})
 	old := l.gen
 	l.gen = next
+	l.last = l.size
 	l.size = 0
 	l.alloc = 0
 	os.Remove(walName(l.dir, old))
