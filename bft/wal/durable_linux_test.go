@@ -16,7 +16,9 @@ import (
 // write durable, each into a file filled with zeros and synced first, so
 // that none pays for allocating blocks: write then fdatasync (what the
 // log does), a write on an O_DSYNC file, and an aligned write on an
-// O_DIRECT|O_DSYNC file, which bypasses the page cache. It reports the
+// O_DIRECT|O_DSYNC file, which bypasses the page cache; and write then
+// fdatasync into space fallocate(2) reserved instead, as the log once
+// grew, where each sync also writes the extent it converts. It reports the
 // process CPU per durable write (user and system, by getrusage): the
 // cost a replica pays per sync where replicas share a CPU, whichever way
 // it syncs.

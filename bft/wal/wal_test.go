@@ -7,8 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/rubin-go/rubin/internal/cost"
 )
@@ -494,7 +497,8 @@ func FuzzOpen(f *testing.F) {
 // pre-prepare of about 60 requests: 4 to 10 KiB), and reports the
 // process CPU time per sync (user and system, by getrusage): on a
 // machine where every replica shares one CPU, that is what durability
-// costs before any scheduling. "prealloc-snap128" takes a snapshot
+// costs before any scheduling, beside the context switches of the
+// process's threads per sync. "prealloc-snap128" takes a snapshot
 // after every 128 appends, as a replica does at its default checkpoint
 // interval with one slot a sync, so each new log file's space is paid
 // for too.
@@ -530,8 +534,63 @@ func BenchmarkAppendSync(b *testing.B) {
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "syncs/s")
 				if spent.HasCPU {
 					b.ReportMetric(float64(spent.CPU.Microseconds())/float64(b.N), "cpu-us/op")
+					b.ReportMetric(float64(spent.Switches)/float64(b.N), "switches/op")
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkQuorumSync appends a 400 B frame (a one-client slot's
+// records) to four logs in four directories of one disk at once, as the
+// four replicas of a cluster on one machine do for a slot before they
+// send their commits, and reports the median time until the third
+// Append returned: the commit quorum of n = 4 (2f+1) waits for that
+// long. On a machine whose replicas share a disk it bounds how close a
+// durable request can come to an in-memory one, whatever the protocol
+// does around it; each replica with its disk of its own waits for one
+// sync. "one" is a single log alone, for comparison.
+func BenchmarkQuorumSync(b *testing.B) {
+	rec := [][]byte{bytes.Repeat([]byte("r"), 400)}
+	for _, bc := range []struct {
+		name string
+		logs int
+	}{{"one", 1}, {"four", 4}} {
+		b.Run(bc.name, func(b *testing.B) {
+			logs := make([]*Log, bc.logs)
+			for i := range logs {
+				l, _, err := Open(b.TempDir(), Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer l.Close()
+				logs[i] = l
+			}
+			third := min(3, bc.logs)
+			var waits []time.Duration
+			for b.Loop() {
+				start := time.Now()
+				done := make(chan time.Duration, len(logs))
+				var wg sync.WaitGroup
+				for _, l := range logs {
+					wg.Go(func() {
+						if err := l.Append(rec); err != nil {
+							b.Error(err)
+						}
+						done <- time.Since(start)
+					})
+				}
+				wg.Wait()
+				close(done)
+				var at []time.Duration
+				for d := range done {
+					at = append(at, d)
+				}
+				slices.Sort(at)
+				waits = append(waits, at[third-1])
+			}
+			slices.Sort(waits)
+			b.ReportMetric(float64(waits[len(waits)/2].Microseconds()), "quorum-us")
+		})
 	}
 }
