@@ -47,6 +47,7 @@ type storage struct {
 
 	// Core goroutine only.
 	deferred []bft.Record // Deferred records not yet in a job, in order
+	scratch  []byte       // encodeRecords' buffer, reused
 	out      []*job       // takeDurable's result, reused
 
 	// Shared with the writer, under mu. cond is signaled when a job is
@@ -87,6 +88,9 @@ type storageMetrics struct {
 
 // maxPipelinedBytes bounds the records queued for the writer.
 const maxPipelinedBytes = 64 << 20
+
+// maxScratch bounds the encoding buffer the core keeps between Readies.
+const maxScratch = 1 << 20
 
 // maxMergedFrame bounds the frame the writer merges queued jobs into; a
 // larger job is a frame of its own.
@@ -212,9 +216,12 @@ func (s *storage) encode(rd *bft.Ready) *job {
 }
 
 // encodeRecords encodes the deferred records, recs and then more, and
-// forgets the deferred ones.
+// forgets the deferred ones. They are encoded into a scratch buffer the
+// core keeps and copied into one allocation of their size, so that a
+// Ready's records cost the garbage collector their own bytes only, not
+// every buffer that growing to them would leave behind.
 func (s *storage) encodeRecords(recs, more []bft.Record) [][]byte {
-	var buf []byte
+	buf := s.scratch[:0]
 	ends := make([]int, 0, len(s.deferred)+len(recs)+len(more))
 	for _, list := range [][]bft.Record{s.deferred, recs, more} {
 		for _, r := range list {
@@ -222,12 +229,17 @@ func (s *storage) encodeRecords(recs, more []bft.Record) [][]byte {
 			ends = append(ends, len(buf))
 		}
 	}
+	if cap(buf) <= maxScratch {
+		s.scratch = buf
+	}
 	clear(s.deferred)
 	s.deferred = s.deferred[:0]
+	b := make([]byte, len(buf))
+	copy(b, buf)
 	out := make([][]byte, len(ends))
 	start := 0
 	for i, end := range ends {
-		out[i] = buf[start:end:end]
+		out[i] = b[start:end:end]
 		start = end
 	}
 	return out
