@@ -85,9 +85,10 @@ const headerSize = 12
 // DefaultMaxFrame bounds one frame's payload unless Options says otherwise.
 const DefaultMaxFrame = 1 << 30
 
-// DefaultPrealloc is the chunk the log file grows by unless Options says
-// otherwise: large enough that the fsync of a growth is rare (one per
-// 4 MiB of records), small enough to be a modest cost on the disk.
+// DefaultPrealloc is the largest chunk the log file grows by unless
+// Options says otherwise: large enough that the fsync of a growth is
+// rare in a long log (one per 4 MiB of records), small enough that
+// writing its zeros is a modest cost on the disk.
 const DefaultPrealloc = 4 << 20
 
 // minChunk is the smallest chunk the log file grows by (unless
