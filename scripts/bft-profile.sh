@@ -13,7 +13,11 @@
 # -durable gives every replica a data directory (bft replica -data-dir).
 # The figures are the whole cluster's (four replicas), per request the
 # client completed while perf sampled. bftbench's cs/req and cpu us/req
-# columns are the same quantities from /proc, without the split.
+# columns are the same quantities from /proc, without the split. A
+# second window of the same length then records the replicas' context
+# switches on CPU 1 with their call stacks and sorts them by why the
+# thread left the CPU (the Go runtime's monitor thread, waiting for the
+# network or the disk, the runtime parking a thread, preemption).
 set -euo pipefail
 
 usage() {
@@ -102,6 +106,12 @@ perf record -q -F "$freq" -a -C 1 -o "$work/perf.data" -- sleep "$seconds" >/dev
 	die "perf record failed (kernel.perf_event_paranoid is $(cat /proc/sys/kernel/perf_event_paranoid 2>/dev/null))"
 
 executed1=$(executed) t1=$(date +%s.%N)
+# A second window of the same length records every context switch on
+# CPU 1 with the call stack its thread left from.
+executed2=$executed1 t2=$t1
+perf record -q -e sched:sched_switch -g -a -C 1 -o "$work/switches.data" -- sleep "$seconds" >/dev/null 2>&1 ||
+	die "perf record of the context switches failed"
+executed3=$(executed) t3=$(date +%s.%N)
 kill "$bench" 2>/dev/null || true
 wait "$bench" 2>/dev/null || true
 rate=$(awk -v a="$executed0" -v b="$executed1" -v t0="$t0" -v t1="$t1" 'BEGIN { printf "%d", (b - a) / (t1 - t0) }')
@@ -144,3 +154,27 @@ END {
 	}
 	printf "| **all four replicas** | %.0f%% of CPU 1 | %.1f |\n", share, (share / 100) * 1e6 / rate
 }' "$work/symbols.txt"
+
+section "why the replicas' threads left CPU 1 (the second ${seconds}s)"
+perf script -i "$work/switches.data" --comm "$comm" -F comm,ip,sym 2>/dev/null >"$work/switches.txt" ||
+	die "perf script found no context switches of the replicas"
+awk -v n="$((executed3 - executed2))" '
+function cat(s) {
+	if (s ~ /runtime\.sysmon/) return "the Go runtime monitor (sysmon) naps and sleeps"
+	if (s ~ /io_schedule|fdatasync|fsync|blkdev_issue_flush|folio_wait|wait_on_bit/) return "waiting for the disk (write, fdatasync)"
+	if (s ~ /runtime\.netpoll/) return "idle, waiting for the network (the runtime poller)"
+	if (s ~ /runtime\.(stopm|notesleep|mPark)/) return "threads the runtime parks (processor hand-offs)"
+	if (s ~ /exit_to_user_mode|irqentry|preempt/) return "preempted"
+	return "other"
+}
+BEGIN { RS = "" }
+{ c = cat($0); count[c]++; all++ }
+END {
+	if (n <= 0 || all == 0) { print "no requests or no switches in the window"; exit 1 }
+	printf "| why | share of switches | switches per request |\n|:---|---:|---:|\n"
+	k = 0
+	for (c in count) order[k++] = c
+	for (i = 0; i < k; i++) for (j = i + 1; j < k; j++) if (count[order[j]] > count[order[i]]) { t = order[i]; order[i] = order[j]; order[j] = t }
+	for (i = 0; i < k; i++) printf "| %s | %.1f%% | %.2f |\n", order[i], 100 * count[order[i]] / all, count[order[i]] / n
+	printf "| **all** | 100%% | %.2f |\n", all / n
+}' "$work/switches.txt"
