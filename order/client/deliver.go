@@ -153,24 +153,17 @@ var errWithheld = errors.New("client: no block within the patience")
 // from reads blocks want to stop from orderer i until it fails, and
 // returns how many fn took and the last one's header.
 func (c *Deliverer) from(ctx context.Context, i int, want, stop uint64, prev *cb.BlockHeader, fn func(*cb.Block) error) (uint64, *cb.BlockHeader, error) {
-	conn, err := grpc.NewClient(c.cfg.Orderers[i], c.cfg.DialOptions...)
-	if err != nil {
-		return 0, prev, err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stream, err := ab.NewAtomicBroadcastClient(conn).Deliver(ctx)
-	if err != nil {
-		return 0, prev, err
-	}
 	seek, err := c.cfg.Seek(want, stop)
 	if err != nil {
 		return 0, prev, err
 	}
-	if err := stream.Send(seek); err != nil {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stream, done, err := c.open(ctx, i, seek)
+	if err != nil {
 		return 0, prev, err
 	}
+	defer done()
 	// The patience: a timer that ends the stream, reset by every block.
 	patience := time.AfterFunc(c.cfg.Patience, func() { cancel(errWithheld) })
 	defer patience.Stop()
@@ -203,6 +196,23 @@ func (c *Deliverer) from(ctx context.Context, i int, want, stop uint64, prev *cb
 		}
 		patience.Reset(c.cfg.Patience)
 	}
+}
+
+// open dials orderer i, opens a Deliver stream and sends seek on it;
+// done closes the connection.
+func (c *Deliverer) open(ctx context.Context, i int, seek *cb.Envelope) (stream ab.AtomicBroadcast_DeliverClient, done func(), err error) {
+	conn, err := grpc.NewClient(c.cfg.Orderers[i], c.cfg.DialOptions...)
+	if err != nil {
+		return nil, nil, err
+	}
+	if stream, err = ab.NewAtomicBroadcastClient(conn).Deliver(ctx); err == nil {
+		err = stream.Send(seek)
+	}
+	if err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	return stream, func() { conn.Close() }, nil
 }
 
 // verify checks that b is block number, follows prev (if known) and is

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	cb "github.com/hyperledger/fabric-protos-go-apiv2/common"
-	ab "github.com/hyperledger/fabric-protos-go-apiv2/orderer"
-	"google.golang.org/grpc"
 
 	"github.com/rubin-go/rubin/order"
 )
@@ -81,22 +79,15 @@ func (c *Deliverer) watch(ctx context.Context, censor context.CancelCauseFunc, s
 // follow reads orderer j's headers of blocks start to stop and offers
 // each to the watch, until the stream fails or the watch leaves j.
 func (w *watch) follow(ctx context.Context, j int, start, stop uint64) error {
-	conn, err := grpc.NewClient(w.c.cfg.Orderers[j], w.c.cfg.DialOptions...)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	stream, err := ab.NewAtomicBroadcastClient(conn).Deliver(ctx)
-	if err != nil {
-		return err
-	}
 	seek, err := w.c.cfg.SeekHeaders(start, stop)
 	if err != nil {
 		return err
 	}
-	if err := stream.Send(seek); err != nil {
+	stream, done, err := w.c.open(ctx, j, seek)
+	if err != nil {
 		return err
 	}
+	defer done()
 	for {
 		r, err := stream.Recv()
 		if err != nil {
