@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/rubin-go/rubin/bft"
 	"github.com/rubin-go/rubin/internal/simnet"
@@ -88,22 +87,13 @@ var latency struct {
 func runFamilies(t *testing.T, test string, fams []family) {
 	for _, fam := range fams {
 		t.Run(fam.name, func(t *testing.T) {
-			seeds := fam.seeds
-			if *simSeed != 0 {
-				seeds = []uint64{*simSeed}
-			} else {
-				fresh := *simFresh
-				if fam.fresh > 0 && fam.fresh < fresh {
-					fresh = fam.fresh
-				}
-				base := uint64(time.Now().UnixNano())
-				for i := 0; i < fresh; i++ {
-					s := base + uint64(i)*0x9e3779b97f4a7c15
-					s = s%1e12 + 1 // short enough to type
-					t.Logf("fresh seed %d: reproduce with: %s", s, reproduce(test, fam.name, s))
-					seeds = append(seeds, s)
-				}
+			fresh := *simFresh
+			if fam.fresh > 0 && fam.fresh < fresh {
+				fresh = fam.fresh
 			}
+			seeds := simnet.Seeds(fam.seeds, *simSeed, fresh, func(s uint64) {
+				t.Logf("fresh seed %d: reproduce with: %s", s, reproduce(test, fam.name, s))
+			})
 			for _, seed := range seeds {
 				t.Run(fmt.Sprint(seed), func(t *testing.T) {
 					t.Parallel()

@@ -157,17 +157,9 @@ func TestSim(t *testing.T) {
 	}
 	for _, fam := range fams {
 		t.Run(fam.name, func(t *testing.T) {
-			seeds := fam.seeds
-			if *simSeed != 0 {
-				seeds = []uint64{*simSeed}
-			} else {
-				base := uint64(time.Now().UnixNano())
-				for i := range *simFresh {
-					s := (base+uint64(i)*0x9e3779b97f4a7c15)%1e12 + 1
-					t.Logf("fresh seed %d: reproduce with: %s", s, simReproduce(fam.name, s))
-					seeds = append(seeds, s)
-				}
-			}
+			seeds := simnet.Seeds(fam.seeds, *simSeed, *simFresh, func(s uint64) {
+				t.Logf("fresh seed %d: reproduce with: %s", s, simReproduce(fam.name, s))
+			})
 			for _, seed := range seeds {
 				t.Run(fmt.Sprint(seed), func(t *testing.T) {
 					// cryptotest's source is the process's: the seeds of
