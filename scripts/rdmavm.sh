@@ -50,6 +50,8 @@
 #   RDMAVM_VERBOSE=1         also print the guest's console and setup log
 #   RDMAVM_KEEP=1            keep the run's work directory
 #   RDMAVM_CACHE=DIR         where the uncompressed kernel is kept between runs
+#   RDMAVM_KERNEL=VERSION    boot this installed kernel (a name in /lib/modules)
+#                            rather than the newest one with Soft-RoCE
 #
 # The Debian packages it needs are in scripts/lib.sh; scripts/test.sh and
 # scripts/demo.sh install them.
@@ -96,17 +98,24 @@ t0=$EPOCHREALTIME
 
 # ---------------------------------------------------------------- host checks
 
-# kver is the newest installed kernel that has both an image to boot and
-# rdma_rxe.ko.
+# kver is the installed kernel that RDMAVM_KERNEL names, or else the newest
+# that has both an image to boot and rdma_rxe.ko.
 kver=""
+usable=""
 for dir in /lib/modules/*; do
 	k=${dir##*/}
 	[[ -e /boot/vmlinuz-$k ]] || continue
 	compgen -G "$dir/kernel/drivers/infiniband/sw/rxe/rdma_rxe.ko*" >/dev/null || continue
-	if [[ -z $kver ]] || [[ $(printf '%s\n%s\n' "$kver" "$k" | sort -V | tail -n 1) == "$k" ]]; then
+	usable="$usable $k"
+	if [[ -n ${RDMAVM_KERNEL:-} ]]; then
+		[[ $k == "$RDMAVM_KERNEL" ]] && kver=$k
+	elif [[ -z $kver ]] || [[ $(printf '%s\n%s\n' "$kver" "$k" | sort -V | tail -n 1) == "$k" ]]; then
 		kver=$k
 	fi
 done
+if [[ -n ${RDMAVM_KERNEL:-} && -z $kver ]]; then
+	fail "RDMAVM_KERNEL=$RDMAVM_KERNEL: no such kernel with Soft-RoCE installed (/boot/vmlinuz-$RDMAVM_KERNEL and rdma_rxe.ko in /lib/modules/$RDMAVM_KERNEL); installed with Soft-RoCE:${usable:- none}"
+fi
 [[ -n $kver ]] || fail "no kernel with Soft-RoCE (/boot/vmlinuz-* and rdma_rxe.ko in /lib/modules). Install the package linux-image-amd64: $install_hint"
 kernel=/boot/vmlinuz-$kver
 [[ -r $kernel ]] || fail "cannot read $kernel (run as root, or make it readable)"
