@@ -90,9 +90,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"runtime/pprof"
-	"runtime/trace"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -100,6 +97,7 @@ import (
 	"time"
 
 	"github.com/rubin-go/rubin/internal/anytransport"
+	"github.com/rubin-go/rubin/internal/cli"
 	"github.com/rubin-go/rubin/internal/cost"
 	"github.com/rubin-go/rubin/metrics"
 
@@ -223,45 +221,7 @@ func (c *commonFlags) register(fs *flag.FlagSet, defaultAddr string) {
 // startProfile starts the CPU profile and the execution trace asked for,
 // if any; the returned function stops them and closes their files.
 func (c *commonFlags) startProfile() (stop func() error, err error) {
-	var stops []func() error
-	stopAll := func() error {
-		var errs []error
-		for _, f := range slices.Backward(stops) {
-			errs = append(errs, f())
-		}
-		return errors.Join(errs...)
-	}
-	if c.profile != "" {
-		f, err := os.Create(c.profile)
-		if err != nil {
-			return nil, err
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			f.Close()
-			return nil, err
-		}
-		stops = append(stops, func() error {
-			pprof.StopCPUProfile()
-			return f.Close()
-		})
-	}
-	if c.trace != "" {
-		f, err := os.Create(c.trace)
-		if err != nil {
-			stopAll()
-			return nil, err
-		}
-		if err := trace.Start(f); err != nil {
-			f.Close()
-			stopAll()
-			return nil, err
-		}
-		stops = append(stops, func() error {
-			trace.Stop()
-			return f.Close()
-		})
-	}
-	return stopAll, nil
+	return cli.StartProfile(c.profile, c.trace)
 }
 
 // check validates the common flags and returns the selected api.
