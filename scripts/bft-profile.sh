@@ -108,10 +108,9 @@ perf record -q -F "$freq" -a -C 1 -o "$work/perf.data" -- sleep "$seconds" >/dev
 executed1=$(executed) t1=$(date +%s.%N)
 # A second window of the same length records every context switch on
 # CPU 1 with the call stack its thread left from.
-executed2=$executed1 t2=$t1
 perf record -q -e sched:sched_switch -g -a -C 1 -o "$work/switches.data" -- sleep "$seconds" >/dev/null 2>&1 ||
 	die "perf record of the context switches failed"
-executed3=$(executed) t3=$(date +%s.%N)
+executed2=$(executed)
 kill "$bench" 2>/dev/null || true
 wait "$bench" 2>/dev/null || true
 rate=$(awk -v a="$executed0" -v b="$executed1" -v t0="$t0" -v t1="$t1" 'BEGIN { printf "%d", (b - a) / (t1 - t0) }')
@@ -158,7 +157,7 @@ END {
 section "why the replicas' threads left CPU 1 (the second ${seconds}s)"
 perf script -i "$work/switches.data" --comm "$comm" -F comm,ip,sym 2>/dev/null >"$work/switches.txt" ||
 	die "perf script found no context switches of the replicas"
-awk -v n="$((executed3 - executed2))" '
+awk -v n="$((executed2 - executed1))" '
 function cat(s) {
 	if (s ~ /runtime\.sysmon/) return "the Go runtime monitor (sysmon) naps and sleeps"
 	if (s ~ /io_schedule|fdatasync|fsync|blkdev_issue_flush|folio_wait|wait_on_bit/) return "waiting for the disk (write, fdatasync)"
