@@ -38,7 +38,6 @@ svg_out=docs/latency-vs-size-rdma.svg
 # The line after which -write keeps the old report's text.
 keep_marker='<!-- written by hand: scripts/rdma-bench.sh -write keeps what follows -->'
 
-
 usage() {
 	echo "usage: $0 [-quick] [-write] [-wait] [-- rdmabench flags]" >&2
 	exit 2
